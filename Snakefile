@@ -1,0 +1,24 @@
+# specsweep: one Snakemake target per grid point of a server-configuration sweep.
+# Main command: snakemake --cores 1 results/summary.png   (profile: profiles/default/)
+from snakemake.utils import min_version
+
+min_version("9.27")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/provision.smk"
+include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/summary.png",
+
+
+onerror:
+    report_failed_run()

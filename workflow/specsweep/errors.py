@@ -1,0 +1,130 @@
+"""Typed failures: one exception class per failure class, one exit code each.
+
+Inside the package every failure is raised as a subclass of ``SpecsweepError``; only the CLI
+edge turns it into an exit code and a failure record. Snakemake sees a nonzero exit, removes
+the (never written) output, and the next run retries exactly that configuration.
+"""
+
+from __future__ import annotations
+
+
+class SpecsweepError(Exception):
+    """Base class: ``failure_class`` names the class in records, ``exit_code`` at the CLI."""
+
+    failure_class = "error"
+    exit_code = 1
+    # A deterministic failure happens again on retry (bad flag, preflight); a transient one
+    # (a crash under load, a hang) may not. Retry policy reads this.
+    transient = False
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        section: str | None = None,
+        evidence: list[str] | None = None,
+        signature: str | None = None,
+        exit_text: str | None = None,
+    ):
+        super().__init__(reason)
+        self.reason = reason
+        self.section = section  # the workload section reached, filled in by the runner
+        self.evidence = list(evidence or [])  # matching server log lines
+        self.signature = signature  # known failure signature label, see signatures.py
+        self.exit_text = exit_text  # how the server process ended, if it did
+
+
+class ConfigError(SpecsweepError):
+    """The study configuration or a command-line argument is wrong; nothing was started."""
+
+    failure_class = "config"
+    exit_code = 2
+
+
+class ProvisionError(SpecsweepError):
+    """Obtaining or building the embedded server or model failed."""
+
+    failure_class = "provision"
+    exit_code = 3
+
+
+class ServerStartError(SpecsweepError):
+    """The server process exited before it became ready (bad flag, missing model, ...)."""
+
+    failure_class = "server-start"
+    exit_code = 10
+
+
+class ServerNotReady(SpecsweepError):
+    """The server stayed alive but never answered its health check within the timeout."""
+
+    failure_class = "server-timeout"
+    exit_code = 11
+    transient = True
+
+
+class ServerDied(SpecsweepError):
+    """The server process died after it became ready (warmup, a section, between sections)."""
+
+    failure_class = "server-died"
+    exit_code = 12
+    transient = True
+
+
+class ServerHung(SpecsweepError):
+    """The server stopped sending bytes for longer than the stall timeout."""
+
+    failure_class = "server-hung"
+    exit_code = 13
+    transient = True
+
+
+class InvalidResponse(SpecsweepError):
+    """The server answered, but with something that is not a valid measurement."""
+
+    failure_class = "invalid-response"
+    exit_code = 14
+
+
+class PortConflict(SpecsweepError):
+    """Another process already serves the port: benchmarking it would measure a stranger."""
+
+    failure_class = "port-conflict"
+    exit_code = 15
+    transient = True
+
+
+class ResultWriteError(SpecsweepError):
+    """The result could not be written; no partial file is left behind."""
+
+    failure_class = "result-write"
+    exit_code = 16
+
+
+class Interrupted(SpecsweepError):
+    """SIGINT or SIGTERM arrived; the server tree was torn down."""
+
+    failure_class = "interrupted"
+    exit_code = 130
+    transient = True
+
+    def __init__(self, signum: int, *, section: str | None = None):
+        import signal
+
+        super().__init__(f"interrupted by {signal.Signals(signum).name}", section=section)
+        self.signum = signum
+
+
+ALL_ERRORS = (
+    SpecsweepError,
+    ConfigError,
+    ProvisionError,
+    ServerStartError,
+    ServerNotReady,
+    ServerDied,
+    ServerHung,
+    InvalidResponse,
+    PortConflict,
+    ResultWriteError,
+    Interrupted,
+)

@@ -1,0 +1,71 @@
+"""Statistics of one section, computed from the per-request records and counter deltas."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .client import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method); None for no values."""
+    data = sorted(values)
+    if not data:
+        return None
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | None]:
+    """mean, min, max and the standard percentiles of a list of numbers."""
+    out: dict[str, float | None] = {
+        "mean": sum(values) / len(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+    for q in PERCENTILES:
+        out[f"p{q}"] = percentile(values, q)
+    return out
+
+
+def section_metrics(records: list[RequestRecord], wall_s: float, counters: dict[str, float]) -> dict:
+    """Section throughput, latency distributions and acceptance, from validated records."""
+    tokens = sum(r.output_tokens for r in records)
+    decode = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
+    drafted = sum(r.draft_tokens for r in records)
+    accepted = sum(r.draft_accepted for r in records)
+    return {
+        "requests": len(records),
+        "output_tokens": tokens,
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "wall_s": wall_s,
+        "output_tok_s": tokens / wall_s if wall_s > 0 else None,
+        "request_s": len(records) / wall_s if wall_s > 0 else None,
+        "ttft_s": distribution([r.ttft_s for r in records]),
+        "e2e_s": distribution([r.e2e_s for r in records]),
+        "decode_tok_s": distribution(decode),
+        "draft_tokens": drafted,
+        "draft_accepted": accepted,
+        "draft_acceptance_rate": accepted / drafted if drafted else None,
+        "acceptance_length": acceptance_length(counters),
+        "counters": counters,
+    }
+
+
+def acceptance_length(delta: dict[str, float]) -> float | None:
+    """Mean tokens per verification step that had a draft: 1 + accepted / drafts.
+
+    Taken from counter deltas around this section alone, never a server-wide running average.
+    """
+    drafts = delta.get("llamacpp:spec_decode_num_drafts_total", 0.0)
+    accepted = delta.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0)
+    return 1.0 + accepted / drafts if drafts > 0 else None
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after - before for every counter (``*_total``) present in both."""
+    return {k: after[k] - before[k] for k in after if k.endswith("_total") and k in before}

@@ -1,0 +1,91 @@
+"""The summary figure: throughput and speedup over draft budget, per section and context.
+
+Configurations without a valid result are drawn as marks at the top edge of their panel with
+their reason listed under the figure, so a missing point can never be read as zero.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on CI or cluster nodes
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .aggregate import EXCLUDED, OK, not_ok  # noqa: E402
+
+LABELS = {
+    "output_tok_s": "output tok/s (section wall time)",
+    "speedup": "speedup over budget 0\n(< 1: slower than no speculation)",
+}
+STATUS_MARKS = {EXCLUDED: ("o", "grey", "excluded"), "default": ("X", "crimson", "failed / no result")}
+
+
+def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
+    """Write the two-row figure (tok/s; speedup) with one column per section."""
+    sections = list(dict.fromkeys(frame["section"]))
+    contexts = sorted(frame["context"].unique())
+    palette = dict(zip(contexts, sns.color_palette("viridis", len(contexts))))
+    budgets = sorted(frame["budget"].unique())
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(2, len(sections), figsize=(4.6 * len(sections), 8.2), squeeze=False, sharex=True)
+    ok = frame[frame["status"] == OK]
+    for col, section in enumerate(sections):
+        part = ok[ok["section"] == section]
+        _panel(axes[0, col], part, "output_tok_s", palette, budgets, f"{section}: output tok/s")
+        _panel(axes[1, col], part.dropna(subset=["speedup"]), "speedup", palette, budgets,
+               f"{section}: speedup over budget 0")
+        axes[1, col].axhline(1.0, color="black", lw=1, ls="--")
+        _mark_missing(axes[0, col], frame[(frame["section"] == section) & (frame["status"] != OK)], palette)
+    _legend(fig, axes, palette)
+    n_bad = len(not_ok(frame))
+    fig.suptitle(f"{title}\n{frame['name'].nunique() - n_bad} configurations measured, {n_bad} without result",
+                 fontsize=12)
+    footer = _footer(frame)
+    fig.tight_layout(rect=(0, 0.02 + 0.022 * footer.count("\n"), 1, 0.95))
+    if footer:
+        fig.text(0.01, 0.005, footer, fontsize=8, va="bottom", family="monospace", color="crimson")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def _panel(ax, part: pd.DataFrame, column: str, palette, budgets, title: str) -> None:
+    for context, group in part.groupby("context"):
+        group = group.sort_values("budget")
+        ax.plot(group["budget"], group[column], marker="o", color=palette[context], label=f"ctx {context}")
+    ax.set_title(title, fontsize=10, pad=16)  # room for the missing-result marks above the axes
+    ax.set_xticks(budgets)
+    ax.set_xlabel("draft budget (0 = no speculation)")
+    ax.set_ylabel(LABELS[column] if ax.get_subplotspec().is_first_col() else "")
+    if column == "output_tok_s":
+        ax.set_ylim(bottom=0)
+
+
+def _mark_missing(ax, bad: pd.DataFrame, palette) -> None:
+    """A mark just above the axes (axes coordinates), never at y=0 nor among the data."""
+    transform = ax.get_xaxis_transform()
+    for row in bad.itertuples():
+        marker, color, _ = STATUS_MARKS.get(row.status, STATUS_MARKS["default"])
+        ax.scatter([row.budget], [1.04], marker=marker, s=90, color=color, transform=transform, zorder=5,
+                   edgecolors=palette[row.context], linewidths=1.5, clip_on=False)
+
+
+def _legend(fig, axes, palette) -> None:
+    handles = [plt.Line2D([], [], color=c, marker="o", label=f"context {ctx}") for ctx, c in palette.items()]
+    for marker, color, label in STATUS_MARKS.values():
+        handles.append(plt.Line2D([], [], ls="", marker=marker, color=color, label=label))
+    axes[0, -1].legend(handles=handles, fontsize=8, loc="lower right")
+
+
+def _footer(frame: pd.DataFrame) -> str:
+    bad = not_ok(frame)
+    lines = [textwrap.shorten(f"{r.name}: {r.status}: {r.reason}", 150) for r in bad.itertuples()]
+    if len(lines) > 12:
+        lines = lines[:12] + [f"... and {len(lines) - 12} more (see results/failed.csv)"]
+    return "\n".join(lines)

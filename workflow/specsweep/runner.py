@@ -1,0 +1,161 @@
+"""One configuration end to end: preflight, launch, warmup, sections with liveness, result."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from . import __version__, client, metrics, probes, workload
+from .config import RunSpec
+from .errors import ConfigError, InvalidResponse
+from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
+from .server import ServerProcess
+
+
+def say(spec: RunSpec, message: str) -> None:
+    """Progress on stderr, one line each, prefixed with the configuration's name."""
+    print(f"[{spec.name}] {message}", file=sys.stderr, flush=True)
+
+
+def preflight(spec: RunSpec) -> None:
+    """Everything that can be refused before a server starts."""
+    need = spec.context + spec.max_output_tokens
+    if need > spec.context_limit:
+        raise ConfigError(
+            f"context {spec.context} + max output {spec.max_output_tokens} = {need} tokens exceeds "
+            f"the model's context limit {spec.context_limit}"
+        )
+    if spec.backend != "llama-server":
+        raise ConfigError(f"backend {spec.backend!r} is not supported yet; use llama-server")
+    if spec.binary == "embedded" or spec.model_path == "embedded":
+        raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
+    if spec.model_path and not Path(spec.model_path).is_file():
+        raise ConfigError(f"model file {spec.model_path} does not exist")
+
+
+def server_argv(spec: RunSpec, port: int) -> list[str]:
+    """The launch command: the template with placeholders filled, plus speculation flags."""
+    values = {
+        "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
+        # llama-server splits its context evenly across slots: every slot must hold one request.
+        "ctx_size": spec.slots * (spec.context + spec.max_output_tokens),
+        "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
+    }
+    template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
+    try:
+        return [arg.format(**values) for arg in template]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(f"server command template has an unknown placeholder: {exc}") from exc
+
+
+def server_version(binary: str) -> str:
+    """What the binary says of its own version; never fails the run."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith(("version", "built"))]
+    return "; ".join(lines) or "unknown"
+
+
+def check_server_context(spec: RunSpec, info: dict) -> None:
+    """The running server must give each slot room for the longest request."""
+    n_ctx = (info.get("default_generation_settings") or {}).get("n_ctx")
+    need = spec.context + spec.max_output_tokens
+    if isinstance(n_ctx, int) and n_ctx < need:
+        raise ConfigError(f"the server reports a slot context of {n_ctx} tokens, a request needs {need}")
+
+
+def run_configuration(spec: RunSpec, *, out: Path, server_log: Path) -> dict:
+    """Measure one configuration and write its result; raise a typed error on any failure."""
+    preflight(spec)
+    t_job = time.monotonic()
+    started_at = utc_now()
+    port = probes.free_port()
+    argv = server_argv(spec, port)
+    version = server_version(spec.binary)
+    say(spec, f"launching: {' '.join(argv)}")
+    with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s) as server:
+        say(spec, f"server pid {server.pid}, log {server_log}")
+        server.wait_ready()
+        startup_s = time.monotonic() - t_job
+        say(spec, f"ready after {startup_s:.1f} s")
+        info = client.server_info(server.base_url)
+        check_server_context(spec, info)
+        sections, warm = _measure(spec, server)
+    doc = _result_doc(spec, argv=argv, version=version, info=info, warm=warm, sections=sections,
+                      started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job)
+    validate_result(doc)  # the same check aggregation applies: never write what it would refuse
+    write_json_atomic(out, doc)
+    say(spec, f"result written to {out}")
+    return doc
+
+
+def _measure(spec: RunSpec, server: ServerProcess) -> tuple[list[dict], dict]:
+    most = max(s.requests for s in spec.sections)
+    prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
+                                    length=spec.context)
+    say(spec, f"warmup: {spec.warmup_requests} request(s)")
+    t = time.monotonic()
+    warm = workload.warmup(server, prompts[most:], output_tokens=spec.warmup_output_tokens,
+                           stall_timeout_s=spec.stall_timeout_s)
+    warm_doc = {"requests": len(warm), "output_tokens": sum(r.output_tokens for r in warm),
+                "wall_s": time.monotonic() - t}
+    server.check_alive("after warmup")
+    sections = []
+    for section in spec.sections:
+        say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
+                  f"concurrency {section.concurrency})")
+        before = client.metrics(server.base_url)
+        records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s)
+        after = client.metrics(server.base_url)
+        server.check_alive(f"after section {section.name}")
+        stats = metrics.section_metrics(records, wall, metrics.counter_delta(before, after))
+        _check_counters(section.name, stats)
+        say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {wall:.2f} s")
+        sections.append({"name": section.name, **asdict(section), **stats,
+                         "records": [_record_doc(r) for r in records]})
+    return sections, warm_doc
+
+
+def _check_counters(name: str, stats: dict) -> None:
+    """The server's own token counter must agree with the per-request counts."""
+    counted = stats["counters"].get("llamacpp:tokens_predicted_total")
+    if counted is not None and int(counted) != stats["output_tokens"]:
+        raise InvalidResponse(
+            f"section {name}: server counted {int(counted)} generated tokens, responses say "
+            f"{stats['output_tokens']}", section=name,
+        )
+
+
+def _record_doc(record: client.RequestRecord) -> dict:
+    return {**asdict(record), "ttft_s": record.ttft_s, "e2e_s": record.e2e_s,
+            "decode_tok_s": record.decode_tok_s}
+
+
+def _result_doc(spec: RunSpec, *, argv, version, info, warm, sections, started_at, startup_s, job_s) -> dict:
+    return {
+        "schema": RESULT_SCHEMA,
+        "schema_version": RESULT_VERSION,
+        "name": spec.name,
+        "specsweep_version": __version__,
+        "spec": asdict(spec),
+        "server": {
+            "command": argv,
+            "version": version,
+            "build_info": info.get("build_info"),
+            "slot_context": (info.get("default_generation_settings") or {}).get("n_ctx"),
+            "total_slots": info.get("total_slots"),
+        },
+        "host": {"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},
+        "started_at": started_at,
+        "finished_at": utc_now(),
+        "timing": {"startup_s": startup_s, "job_s": job_s,
+                   "sections_s": sum(s["wall_s"] for s in sections)},
+        "warmup": warm,
+        "sections": sections,
+    }

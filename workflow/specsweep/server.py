@@ -1,0 +1,190 @@
+"""The server process: launch in its own process group, readiness, liveness, teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from . import probes, signatures
+from .errors import PortConflict, ServerDied, ServerNotReady, ServerStartError
+
+TERM_GRACE_S = 5.0
+WATCH_INTERVAL_S = 0.05
+
+
+class ServerProcess:
+    """One launched server. Use as a context manager: the whole tree dies on every exit path."""
+
+    def __init__(self, argv: list[str], *, port: int, log_path: Path, startup_timeout_s: float):
+        self.argv = argv
+        self.port = port
+        self.base_url = f"http://{probes.HOST}:{port}"
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.died = threading.Event()  # set by the watcher the moment the process is gone
+        self._tree: dict[int, psutil.Process] = {}
+        self._stop_watch = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        # Never benchmark a stranger: a port that already answers is refused before launch.
+        if probes.port_answers(self.port):
+            raise PortConflict(f"port {self.port} is already served by another process")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# specsweep: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # own process group: one killpg reaches every child
+                )
+            except OSError as exc:
+                raise ServerStartError(f"cannot launch {self.argv[0]}: {exc.strerror}") from exc
+        self._remember_tree()
+        self._watcher = threading.Thread(target=self._watch, name="server-watch", daemon=True)
+        self._watcher.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self) -> None:
+        """Poll health until 200; fail fast when the process exits, slowly only on timeout."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self.death_error(ServerStartError, "server exited during startup")
+            ok, _ = probes.health(self.base_url, timeout=1.0)
+            if ok:
+                self._check_owner()
+                return
+            time.sleep(0.1)
+        _, detail = probes.health(self.base_url, timeout=1.0)
+        raise ServerNotReady(
+            f"server not ready after {self.startup_timeout_s:g} s ({detail})",
+            evidence=[signatures.log_tail(self.log_path, 5)],
+        )
+
+    def check_alive(self, where: str, *, http: bool = True) -> None:
+        """Raise ServerDied unless the process runs and (optionally) its health route says ok."""
+        if not self.alive():
+            raise self.death_error(ServerDied, f"server died {where}")
+        if http:
+            ok, detail = probes.health(self.base_url)
+            if not ok:
+                # The process may be dying right now: give it a moment to report its exit.
+                time.sleep(0.2)
+                if not self.alive():
+                    raise self.death_error(ServerDied, f"server died {where}")
+                raise ServerDied(f"server unhealthy {where}: {detail}")
+
+    def death_error(self, cls: type, where: str):
+        """The typed error for a process found dead, naming the log's known signature."""
+        self._wait_exit(1.0)
+        exit_text = signatures.describe_exit(self.proc.returncode if self.proc else None)
+        label, lines = signatures.classify(signatures.log_tail(self.log_path, 400))
+        cause = lines[0] if lines else exit_text
+        return cls(f"{where}: {cause}", evidence=lines, signature=label, exit_text=exit_text)
+
+    def _wait_exit(self, timeout: float) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _check_owner(self) -> None:
+        """The listener on our port must belong to our process tree."""
+        self._remember_tree()
+        owners = _listeners(self.port)
+        if owners and not owners & (set(self._tree) | {self.pid}):
+            raise PortConflict(f"port {self.port} answers, but from pid(s) {sorted(owners)}, not ours")
+
+    def _remember_tree(self) -> None:
+        """Track descendants while they live: children that leave the group are killed too."""
+        try:
+            root = psutil.Process(self.pid)
+            for proc in [root, *root.children(recursive=True)]:
+                self._tree.setdefault(proc.pid, proc)
+        except psutil.Error:
+            pass
+
+    def _watch(self) -> None:
+        tick = 0
+        while not self._stop_watch.is_set():
+            if not self.alive():
+                self.died.set()
+                return
+            tick += 1
+            if tick % 10 == 0:
+                self._remember_tree()
+            self._stop_watch.wait(WATCH_INTERVAL_S)
+
+    def stop(self) -> None:
+        """SIGTERM the group, SIGKILL what is left after a grace period, reap everything."""
+        if self.proc is None:
+            return
+        self._stop_watch.set()
+        self._remember_tree()
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        procs = [p for p in self._tree.values() if _running(p)]
+        for proc in procs:
+            _send(proc, signal.SIGTERM)
+        _, left = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        for proc in left:
+            _send(proc, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=TERM_GRACE_S)
+        self._wait_exit(TERM_GRACE_S)
+
+    def tree_pids(self) -> set[int]:
+        return set(self._tree)
+
+
+def _listeners(port: int) -> set[int]:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return set()
+    return {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _send(proc: psutil.Process, sig: signal.Signals) -> None:
+    try:
+        proc.send_signal(sig)
+    except psutil.Error:
+        pass

@@ -20,5 +20,9 @@ rule all:
         "results/summary.png",
 
 
+onsuccess:
+    clean_partial_reports()
+
+
 onerror:
     report_failed_run()

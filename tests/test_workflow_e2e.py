@@ -96,9 +96,11 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     assert victim in out and "server-died" in out and "run the same command again" in out
     failed = pd.read_csv(tmp_path / "results/failed.csv")
     assert list(failed["name"]) == [victim] and list(failed["status"]) == ["failed"]
-    summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert summary[summary["name"] == victim]["output_tok_s"].isna().all()
-    assert (tmp_path / "results/summary.png").exists()
+    partial = pd.read_csv(tmp_path / "results/partial/summary.csv")
+    assert partial[partial["name"] == victim]["output_tok_s"].isna().all()
+    assert (partial[partial["name"] != victim]["output_tok_s"] > 0).all()
+    assert (tmp_path / "results/partial/summary.png").exists()
+    assert not (tmp_path / "results/summary.png").exists()  # never passes for a complete study
 
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.iterdir()}
     rc, out = finish(run_workflow(tmp_path, study))
@@ -108,4 +110,5 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
         assert (runs / name).read_bytes() == data and (runs / name).stat().st_mtime_ns == mtime
     assert (runs / f"{victim}.json").exists()
     assert set(pd.read_csv(tmp_path / "results/summary.csv")["status"]) == {"ok"}
-    assert pd.read_csv(tmp_path / "results/failed.csv").empty
+    assert (tmp_path / "results/summary.png").exists()
+    assert not (tmp_path / "results/failed.csv").exists() and not (tmp_path / "results/partial").exists()

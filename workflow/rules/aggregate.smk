@@ -2,8 +2,7 @@ rule summary_table:
     input:
         get_run_results,
     output:
-        csv="results/summary.csv",
-        failed="results/failed.csv",
+        "results/summary.csv",
     log:
         "logs/aggregate/summary.log",
     params:
@@ -13,7 +12,7 @@ rule summary_table:
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
-        "--csv {output.csv} --failed {output.failed} 2> {log}"
+        "--csv {output} 2> {log}"
 
 
 rule summary_plot:

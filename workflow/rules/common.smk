@@ -72,27 +72,41 @@ def get_plot_title(wildcards):
     return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
 
 
-def report_failed_run():
-    """After a failed run: summary and plot of what did succeed, and the table of what did not.
+PARTIAL_CSV = "results/partial/summary.csv"
+PARTIAL_PNG = "results/partial/summary.png"
+FAILED_CSV = "results/failed.csv"
 
-    Runs in the onerror handler because Snakemake skips the aggregate rules once a benchmark
-    job fails; this writes the same files those rules write, with failures marked.
+
+def report_failed_run():
+    """After a failed run: a summary of what did succeed, and the table of what did not.
+
+    Called from onerror, because Snakemake skips the aggregate rules once a benchmark job
+    fails. It writes beside, never over, the rules' outputs: a results/summary.png made here
+    would look up to date and stop the next run from retrying the failed configurations.
     """
     from specsweep.plot import plot_summary
 
     try:
         frame = aggregate.summarize(config, "results/runs", "results/failures")
-        aggregate.write_summary(frame, "results/summary.csv", "results/failed.csv")
-        plot_summary(frame, Path("results/summary.png"), title=get_plot_title(None))
+        aggregate.write_summary(frame, PARTIAL_CSV, FAILED_CSV)
+        plot_summary(frame, Path(PARTIAL_PNG), title=get_plot_title(None) + " (partial)")
     except Exception as exc:  # never hide the original failure behind a reporting error
         print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
         return
     table = aggregate.failure_report(frame)
     print(
         f"\n{table or 'No configuration failed; a provisioning or aggregation step did (see above).'}\n"
-        "Partial summary with the failures marked: results/summary.png, results/summary.csv; "
-        "failed configurations: results/failed.csv; records: results/failures/<name>/.\n"
+        f"Partial summary with the failures marked: {PARTIAL_PNG}, {PARTIAL_CSV}; "
+        f"failed configurations: {FAILED_CSV}; records: results/failures/<name>/.\n"
         "Next: fix the cause or add the configuration to 'exclude' in the config, then run the "
         "same command again; only configurations without a result are run.",
         file=sys.stderr,
     )
+
+
+def clean_partial_reports():
+    """Once every configuration has a valid result or is excluded, drop the partial reports."""
+    frame = aggregate.summarize(config, "results/runs", "results/failures")
+    if all(frame["status"].isin([aggregate.OK, aggregate.EXCLUDED])):
+        for path in (PARTIAL_CSV, PARTIAL_PNG, FAILED_CSV):
+            Path(path).unlink(missing_ok=True)

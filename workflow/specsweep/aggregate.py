@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from .config import RunSpec, expand_grid
-from .results import InvalidResult, latest_failure, load_result
+from .results import InvalidResult, latest_failure, load_result, write_text_atomic
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
 METRIC_COLUMNS = [
@@ -99,12 +99,11 @@ def not_ok(frame: pd.DataFrame) -> pd.DataFrame:
     return bad.drop_duplicates("name")[["name", "tp", "budget", "context", "status", "reason"]].reset_index(drop=True)
 
 
-def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path) -> None:
-    """The tidy summary and the table of configurations without a valid result."""
-    from .results import write_text_atomic
-
+def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path | None = None) -> None:
+    """The tidy summary and, if asked, the table of configurations without a valid result."""
     write_text_atomic(Path(csv_path), frame.to_csv(index=False))
-    write_text_atomic(Path(failed_path), not_ok(frame).to_csv(index=False))
+    if failed_path is not None:
+        write_text_atomic(Path(failed_path), not_ok(frame).to_csv(index=False))
 
 
 def failure_report(frame: pd.DataFrame) -> str:

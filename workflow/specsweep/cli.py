@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     agg.add_argument("--runs", type=Path, default=Path("results/runs"))
     agg.add_argument("--failures", type=Path, default=Path("results/failures"))
     agg.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
-    agg.add_argument("--failed", type=Path, default=Path("results/failed.csv"))
+    agg.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
     agg.set_defaults(func=cmd_aggregate)
 
     plot = sub.add_parser("plot", help="summary figure from the summary table")

@@ -149,7 +149,8 @@ def _record(final: dict, *, section, index, n_predict, prompt_len, t_send, t_fir
     if produced != n_predict:
         raise InvalidResponse(
             f"server generated {produced} tokens, {n_predict} were requested with ignore_eos "
-            f"(stop_type={final.get('stop_type')!r})"
+            f"(stop_type={final.get('stop_type')!r}"
+            + (", truncated: the slot's context is full)" if final.get("truncated") else ")")
         )
     if timings.get("predicted_n", produced) != produced:
         raise InvalidResponse(f"timings.predicted_n {timings.get('predicted_n')} != tokens_predicted {produced}")

@@ -15,6 +15,8 @@ from .errors import ConfigError, InvalidResponse
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
 
+CTX_HEADROOM = 16
+
 
 def say(spec: RunSpec, message: str) -> None:
     """Progress on stderr, one line each, prefixed with the configuration's name."""
@@ -41,8 +43,9 @@ def server_argv(spec: RunSpec, port: int) -> list[str]:
     """The launch command: the template with placeholders filled, plus speculation flags."""
     values = {
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
-        # llama-server splits its context evenly across slots: every slot must hold one request.
-        "ctx_size": spec.slots * (spec.context + spec.max_output_tokens),
+        # llama-server splits its context evenly across slots: every slot must hold one request
+        # plus the drafts in flight and the token it stops on (it stops when one is left).
+        "ctx_size": spec.slots * (spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM),
         "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
     }
     template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])

@@ -110,3 +110,6 @@ def clean_partial_reports():
     if all(frame["status"].isin([aggregate.OK, aggregate.EXCLUDED])):
         for path in (PARTIAL_CSV, PARTIAL_PNG, FAILED_CSV):
             Path(path).unlink(missing_ok=True)
+        partial = Path(PARTIAL_PNG).parent
+        if partial.is_dir() and not any(partial.iterdir()):
+            partial.rmdir()

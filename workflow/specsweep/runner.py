@@ -6,12 +6,13 @@ import platform
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from . import __version__, client, metrics, probes, workload
-from .config import RunSpec
-from .errors import ConfigError, InvalidResponse
+from .config import RunSpec, Section
+from .errors import ConfigError, InvalidResponse, SpecsweepError
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
 
@@ -98,31 +99,47 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path) -> dict:
     return doc
 
 
+@contextmanager
+def _phase(name: str):
+    """Tag any failure inside with the workload phase it happened in (for the record)."""
+    try:
+        yield
+    except SpecsweepError as exc:
+        exc.section = exc.section or name
+        raise
+
+
 def _measure(spec: RunSpec, server: ServerProcess) -> tuple[list[dict], dict]:
     most = max(s.requests for s in spec.sections)
-    prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
-                                    length=spec.context)
+    with _phase("prompts"):
+        prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
+                                        length=spec.context)
     say(spec, f"warmup: {spec.warmup_requests} request(s)")
     t = time.monotonic()
-    warm = workload.warmup(server, prompts[most:], output_tokens=spec.warmup_output_tokens,
-                           stall_timeout_s=spec.stall_timeout_s)
+    with _phase("warmup"):
+        warm = workload.warmup(server, prompts[most:], output_tokens=spec.warmup_output_tokens,
+                               stall_timeout_s=spec.stall_timeout_s)
+        server.check_alive("after warmup")
     warm_doc = {"requests": len(warm), "output_tokens": sum(r.output_tokens for r in warm),
                 "wall_s": time.monotonic() - t}
-    server.check_alive("after warmup")
     sections = []
     for section in spec.sections:
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
-        before = client.metrics(server.base_url)
-        records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s)
-        after = client.metrics(server.base_url)
-        server.check_alive(f"after section {section.name}")
-        stats = metrics.section_metrics(records, wall, metrics.counter_delta(before, after))
-        _check_counters(section.name, stats)
-        say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {wall:.2f} s")
-        sections.append({"name": section.name, **asdict(section), **stats,
-                         "records": [_record_doc(r) for r in records]})
+        with _phase(section.name):
+            sections.append(_run_one_section(spec, server, section, prompts))
     return sections, warm_doc
+
+
+def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts) -> dict:
+    before = client.metrics(server.base_url)
+    records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s)
+    after = client.metrics(server.base_url)
+    server.check_alive(f"after section {section.name}")
+    stats = metrics.section_metrics(records, wall, metrics.counter_delta(before, after))
+    _check_counters(section.name, stats)
+    say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {wall:.2f} s")
+    return {"name": section.name, **asdict(section), **stats, "records": [_record_doc(r) for r in records]}
 
 
 def _check_counters(name: str, stats: dict) -> None:

@@ -20,6 +20,10 @@ rule all:
         "results/summary.png",
 
 
+onstart:
+    archive_results()
+
+
 onsuccess:
     clean_partial_reports()
 

@@ -6,6 +6,9 @@ rule run_configuration:
         "results/runs/tp{tp}-b{budget}-ctx{context}.json",
     log:
         "logs/runs/tp{tp}-b{budget}-ctx{context}.log",
+    retries: config["retries"]
+    resources:
+        attempt=get_attempt,
     params:
         spec=get_run_spec,
         server_log="logs/server/tp{tp}-b{budget}-ctx{context}.log",
@@ -14,4 +17,4 @@ rule run_configuration:
         "{PYTHON} -m specsweep run --spec {params.spec:q} "
         "--server-manifest {input.server} --model-manifest {input.model} "
         "--out {output} --server-log {params.server_log} "
-        "--failures-dir {params.failures} 2> {log}"
+        "--failures-dir {params.failures} --attempt {resources.attempt} 2> {log}"

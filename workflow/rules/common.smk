@@ -48,6 +48,11 @@ def get_run_spec(wildcards):
     return get_spec(wildcards).to_json()
 
 
+def get_attempt(wildcards, attempt):
+    """Snakemake's attempt number, so that a retry can refuse a deterministic failure."""
+    return attempt
+
+
 def get_measured_runs():
     """The grid minus excluded configurations (exclusions appear in the summary, not here)."""
     return [
@@ -72,6 +77,13 @@ def get_plot_title(wildcards):
     return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
 
 
+def archive_results():
+    """Keep every measured result before any job may delete it for a rerun (onstart)."""
+    from specsweep.results import archive_runs
+
+    archive_runs("results/runs", "results/history")
+
+
 PARTIAL_CSV = "results/partial/summary.csv"
 PARTIAL_PNG = "results/partial/summary.png"
 FAILED_CSV = "results/failed.csv"
@@ -89,7 +101,9 @@ def report_failed_run():
     try:
         frame = aggregate.summarize(config, "results/runs", "results/failures")
         aggregate.write_summary(frame, PARTIAL_CSV, FAILED_CSV)
-        plot_summary(frame, Path(PARTIAL_PNG), title=get_plot_title(None) + " (partial)")
+        plot_summary(
+            frame, Path(PARTIAL_PNG), title=get_plot_title(None) + " (partial)"
+        )
     except Exception as exc:  # never hide the original failure behind a reporting error
         print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
         return

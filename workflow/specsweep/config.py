@@ -156,7 +156,9 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         context_limit=model["context_limit"],
         binary=server["binary"],
         command=tuple(server["command"]),
-        speculative_args=tuple(server["speculative_args"]),
+        # Budget 0 never uses them: leaving them out keeps the baseline's params (and so its
+        # result) untouched when only the speculation flags change.
+        speculative_args=tuple(server["speculative_args"]) if budget > 0 else (),
         threads=server["threads"],
         startup_timeout_s=float(server["startup_timeout_s"]),
         stall_timeout_s=float(server["stall_timeout_s"]),

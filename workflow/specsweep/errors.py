@@ -94,6 +94,13 @@ class PortConflict(SpecsweepError):
     transient = True
 
 
+class InternalError(SpecsweepError):
+    """A bug in specsweep itself; the record carries the traceback's last line."""
+
+    failure_class = "internal"
+    exit_code = 1
+
+
 class ResultWriteError(SpecsweepError):
     """The result could not be written; no partial file is left behind."""
 
@@ -102,7 +109,7 @@ class ResultWriteError(SpecsweepError):
 
 
 class Interrupted(SpecsweepError):
-    """SIGINT or SIGTERM arrived; the server tree was torn down."""
+    """SIGINT or SIGTERM arrived; the server tree was torn down. Exit code 128 + signal."""
 
     failure_class = "interrupted"
     exit_code = 130
@@ -113,6 +120,7 @@ class Interrupted(SpecsweepError):
 
         super().__init__(f"interrupted by {signal.Signals(signum).name}", section=section)
         self.signum = signum
+        self.exit_code = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
 
 
 ALL_ERRORS = (
@@ -126,5 +134,6 @@ ALL_ERRORS = (
     InvalidResponse,
     PortConflict,
     ResultWriteError,
+    InternalError,
     Interrupted,
 )

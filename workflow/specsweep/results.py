@@ -162,3 +162,27 @@ def latest_failure(failures_dir: Path, name: str) -> dict | None:
         except (OSError, json.JSONDecodeError):
             continue
     return None
+
+
+def archive_runs(runs_dir: Path, history_dir: Path) -> int:
+    """Hard-link every result into history_dir/<name>/<sha256>.json; return how many were new.
+
+    Snakemake deletes a job's old output before it reruns it (after a params change, say), so a
+    rerun that fails would otherwise lose a measurement. Links cost no space, and a content-hash
+    name makes the archive idempotent.
+    """
+    import hashlib
+
+    added = 0
+    for path in sorted(Path(runs_dir).glob("*.json")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        target = Path(history_dir) / path.stem / f"{digest}.json"
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            target.write_bytes(path.read_bytes())  # another file system: copy
+        added += 1
+    return added

@@ -74,18 +74,19 @@ def check_server_context(spec: RunSpec, info: dict) -> None:
         raise ConfigError(f"the server reports a slot context of {n_ctx} tokens, a request needs {need}")
 
 
-def run_configuration(spec: RunSpec, *, out: Path, server_log: Path) -> dict:
+def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, port: int | None = None) -> dict:
     """Measure one configuration and write its result; raise a typed error on any failure."""
     preflight(spec)
     t_job = time.monotonic()
     started_at = utc_now()
-    port = probes.free_port()
+    port = port or probes.free_port()
     argv = server_argv(spec, port)
     version = server_version(spec.binary)
     say(spec, f"launching: {' '.join(argv)}")
     with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s) as server:
         say(spec, f"server pid {server.pid}, log {server_log}")
-        server.wait_ready()
+        with _phase("startup"):
+            server.wait_ready()
         startup_s = time.monotonic() - t_job
         say(spec, f"ready after {startup_s:.1f} s")
         info = client.server_info(server.base_url)

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from . import probes, signatures
-from .errors import PortConflict, ServerDied, ServerNotReady, ServerStartError
+from .errors import PortConflict, ServerDied, ServerHung, ServerNotReady, ServerStartError
 
 TERM_GRACE_S = 5.0
 WATCH_INTERVAL_S = 0.05
@@ -37,8 +37,9 @@ class ServerProcess:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # A hung server will not honour SIGTERM: no grace period, straight to SIGKILL.
+        self.stop(grace_s=0.0 if exc_type is ServerHung else TERM_GRACE_S)
 
     def start(self) -> None:
         # Never benchmark a stranger: a port that already answers is refused before launch.
@@ -72,7 +73,11 @@ class ServerProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
-                raise self.death_error(ServerStartError, "server exited during startup")
+                err = self.death_error(ServerStartError, "server exited during startup")
+                if err.signature == "port-in-use":  # another process took the port meanwhile
+                    raise PortConflict(err.reason, evidence=err.evidence, signature=err.signature,
+                                       exit_text=err.exit_text)
+                raise err
             ok, _ = probes.health(self.base_url, timeout=1.0)
             if ok:
                 self._check_owner()
@@ -140,17 +145,20 @@ class ServerProcess:
                 self._remember_tree()
             self._stop_watch.wait(WATCH_INTERVAL_S)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = TERM_GRACE_S) -> None:
         """SIGTERM the group, SIGKILL what is left after a grace period, reap everything."""
         if self.proc is None:
             return
         self._stop_watch.set()
         self._remember_tree()
-        _signal_group(self.proc.pid, signal.SIGTERM)
         procs = [p for p in self._tree.values() if _running(p)]
-        for proc in procs:
-            _send(proc, signal.SIGTERM)
-        _, left = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
+        left = procs
+        if grace_s > 0:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            for proc in procs:
+                _send(proc, signal.SIGTERM)
+                _send(proc, signal.SIGCONT)  # a stopped process handles SIGTERM only once resumed
+            _, left = psutil.wait_procs(procs, timeout=grace_s)
         _signal_group(self.proc.pid, signal.SIGKILL)
         for proc in left:
             _send(proc, signal.SIGKILL)

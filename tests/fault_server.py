@@ -1,0 +1,184 @@
+"""A fault-injection stand-in for llama-server: the same HTTP API, misbehaving on demand.
+
+Only for faults a real server will not produce when asked (a crash between two sections, an
+error event inside a 200 stream, a child that escapes the process group). It is launched by
+specsweep exactly like a real server, through the study's command template:
+
+    python tests/fault_server.py --port {port} --fault die-at-request:3 [--fault-log FILE]
+
+Faults (``N`` counts /completion requests from 1; the warmup is request 1):
+  none                   behave
+  exit-at-startup        print a removed-argument error and exit 1 before listening
+  signature-at-startup   print a CUDA illegal-instruction traceback and exit 1
+  never-ready            /health answers 503 "Loading model" forever
+  die-at-request:N       SIGKILL itself after a few tokens of request N
+  die-after-request:N    SIGKILL itself right after request N completed
+  crash-at-request:N     print a CUDA illegal-instruction error mid-stream of request N, exit 1
+  hang-at-request:N      stop sending bytes after a few tokens of request N (socket open)
+  short-at-request:N     end request N one token short
+  error-at-request:N     send an error event inside the 200 stream of request N
+  http500-at-request:N   answer request N with HTTP 500
+  badjson-at-request:N   send a malformed JSON event in request N
+  small-context          report a slot context of 8 tokens
+  escaping-child         start a child in its own session that would outlive the server
+``--fault-log FILE`` gets one line "<fault> <time.time()>" the moment a fault fires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOKEN_DELAY_S = 0.002
+
+
+class State:
+    def __init__(self, fault: str, fault_log: str | None, delay: float):
+        name, _, n = fault.partition(":")
+        self.fault, self.at = name, int(n or 0)
+        self.fault_log = fault_log
+        self.delay = delay
+        self.requests = 0
+        self.tokens_total = 0
+        self.lock = threading.Lock()
+
+    def fire(self, what: str) -> None:
+        if self.fault_log:
+            with open(self.fault_log, "a") as fh:
+                fh.write(f"{what} {time.time():.6f}\n")
+        print(f"fault-server: fault {what} fires", file=sys.stderr, flush=True)
+
+
+def make_handler(state: State):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep the server log for faults
+            pass
+
+        def _json(self, code: int, doc: dict | str) -> None:
+            body = (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                if state.fault == "never-ready":
+                    return self._json(503, {"error": {"code": 503, "message": "Loading model"}})
+                return self._json(200, {"status": "ok"})
+            if self.path == "/props":
+                n_ctx = 8 if state.fault == "small-context" else 100_000
+                return self._json(200, {"build_info": "fault-server", "total_slots": 1,
+                                        "default_generation_settings": {"n_ctx": n_ctx}})
+            if self.path == "/metrics":
+                text = f"llamacpp:tokens_predicted_total {state.tokens_total}\n"
+                body = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                return self.wfile.write(body)
+            return self._json(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self.path == "/tokenize":
+                words = body.get("content", "").split()
+                return self._json(200, {"tokens": [hash(w) % 49000 + 100 for w in words]})
+            if self.path == "/completion":
+                with state.lock:
+                    state.requests += 1
+                    number = state.requests
+                return self._complete(body, number)
+            return self._json(404, {"error": "not found"})
+
+        def _complete(self, body: dict, number: int) -> None:
+            here = number == state.at
+            if here and state.fault == "http500-at-request":
+                state.fire(state.fault)
+                return self._json(500, {"error": {"code": 500, "message": "injected"}})
+            n_predict, n_prompt = body["n_predict"], len(body["prompt"])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            produced = n_predict - 1 if here and state.fault == "short-at-request" else n_predict
+            t0 = time.monotonic()
+            for i in range(1, produced + 1):
+                if here and i == 3:
+                    self._mid_stream_fault()
+                self._event({"content": " w", "tokens": [7], "stop": False, "tokens_predicted": i,
+                             "tokens_evaluated": n_prompt})
+                time.sleep(state.delay)
+            ms = (time.monotonic() - t0) * 1000
+            state.tokens_total += produced
+            self._event({"content": "", "stop": True, "tokens_predicted": produced, "tokens_evaluated": n_prompt,
+                         "stop_type": "limit", "truncated": False,
+                         "timings": {"predicted_n": produced, "predicted_ms": ms,
+                                     "predicted_per_second": produced / (ms / 1000) if ms else 0}})
+            self.wfile.flush()
+            if here and state.fault == "die-after-request":
+                state.fire(state.fault)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def _mid_stream_fault(self) -> None:
+            if state.fault == "die-at-request":
+                state.fire(state.fault)
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif state.fault == "crash-at-request":
+                state.fire(state.fault)
+                print("RuntimeError: CUDA error: an illegal instruction was encountered", file=sys.stderr, flush=True)
+                os._exit(1)
+            elif state.fault == "hang-at-request":
+                state.fire(state.fault)
+                time.sleep(3600)
+            elif state.fault == "error-at-request":
+                state.fire(state.fault)
+                self.wfile.write(b'data: {"error": {"code": 500, "message": "injected failure"}}\n\n')
+            elif state.fault == "badjson-at-request":
+                state.fire(state.fault)
+                self.wfile.write(b"data: {not json\n\n")
+
+        def _event(self, doc: dict) -> None:
+            self.wfile.write(f"data: {json.dumps(doc)}\n\n".encode())
+            self.wfile.flush()
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--fault", default="none")
+    parser.add_argument("--fault-log")
+    parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY_S)
+    args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
+    state = State(args.fault, args.fault_log, args.token_delay)
+    if state.fault == "exit-at-startup":
+        print("error: the argument has been removed: --draft-max", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if state.fault == "signature-at-startup":
+        print("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal instruction was "
+              "encountered\nCUDA kernel errors might be asynchronously reported", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if state.fault == "escaping-child":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        print(f"fault-server: escaping child pid {child.pid}", file=sys.stderr, flush=True)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+    server.daemon_threads = True
+    print(f"fault-server: listening on {args.host}:{args.port} ({args.fault})", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Every way a server can die, hang or lie, injected with tests/fault_server.py and run through
+the real CLI: exit code per class, no result file, a failure record, no surviving process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specsweep import results
+from specsweep.config import expand_grid, validate_study
+
+FAULT_SERVER = str(Path(__file__).with_name("fault_server.py"))
+NAME = "tp1-b0-ctx16"
+
+
+def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002, **server) -> dict:
+    """Warmup is request 1; short = requests 2-3, medium = 4-5, long = 6."""
+    return validate_study({
+        "model": {"path": str(model)},
+        "server": {
+            "binary": sys.executable,
+            "command": ["{binary}", FAULT_SERVER, "--port", "{port}", "--fault", fault,
+                        "--token-delay", str(token_delay)],
+            "speculative_args": ["--budget", "{budget}"],
+            "startup_timeout_s": 10, "stall_timeout_s": 1.5, **server,
+        },
+        "grid": {"budget": [0], "tp": [1], "context": [16]},
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "sections": [
+            {"name": "short", "output_tokens": 8, "requests": 2},
+            {"name": "medium", "output_tokens": 8, "requests": 2},
+            {"name": "long", "output_tokens": 8, "requests": 1},
+        ]},
+    })
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF stand-in: the fault server never reads it")
+    return path
+
+
+def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:
+    spec = expand_grid(study)[0]
+    cmd = [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
+           "--out", str(tmp_path / "runs" / f"{NAME}.json"), "--server-log", str(tmp_path / "server.log"),
+           "--failures-dir", str(tmp_path / "failures"), *extra]
+    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def run_cli(tmp_path: Path, study: dict, *extra: str) -> tuple[int, str]:
+    proc = start_cli(tmp_path, study, *extra)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def server_pid(stderr: str) -> int | None:
+    found = re.search(r"server pid (\d+)", stderr)
+    return int(found.group(1)) if found else None
+
+
+def assert_clean_failure(tmp_path: Path, rc: int, err: str, *, code: int, cls: str, section=None, words=()):
+    assert rc == code, err
+    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
+    assert not list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record is not None, err
+    assert record["class"] == cls and record["exit_code"] == code
+    assert record["section"] == section
+    for word in words:
+        assert word in record["reason"] + " ".join(record["evidence"]), record
+    for key in ("spec", "attempt", "started_at", "failed_at", "server_log_tail"):
+        assert key in record
+    pid = server_pid(err)
+    if pid is not None:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    return record
+
+
+CASES = [
+    # fault, extra server settings, exit code, class, section, words in reason/evidence
+    ("exit-at-startup", {}, 10, "server-start", "startup", ["the argument has been removed"]),
+    ("signature-at-startup", {}, 10, "server-start", "startup", ["illegal instruction was encountered"]),
+    ("never-ready", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup", ["not ready after 1.5 s"]),
+    ("die-at-request:1", {}, 12, "server-died", "warmup", ["killed by SIGKILL"]),
+    ("die-at-request:4", {}, 12, "server-died", "medium", ["in section medium", "killed by SIGKILL"]),
+    ("crash-at-request:4", {}, 12, "server-died", "medium",
+     ["server died in section medium: RuntimeError: CUDA error: an illegal instruction was encountered"]),
+    ("die-after-request:3", {}, 12, "server-died", "short", ["after section short"]),
+    ("hang-at-request:4", {}, 13, "server-hung", "medium", ["stall timeout"]),
+    ("short-at-request:2", {}, 14, "invalid-response", "short", ["generated 7 tokens, 8 were requested"]),
+    ("error-at-request:2", {}, 14, "invalid-response", "short", ["error event", "injected failure"]),
+    ("http500-at-request:2", {}, 14, "invalid-response", "short", ["HTTP 500"]),
+    ("badjson-at-request:5", {}, 14, "invalid-response", "medium", ["malformed JSON"]),
+    ("small-context", {}, 2, "config", None, ["slot context of 8 tokens, a request needs 24"]),
+]
+
+
+@pytest.mark.parametrize("fault, server, code, cls, section, words", CASES, ids=[c[0] for c in CASES])
+def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, server, code, cls, section, words):
+    rc, err = run_cli(tmp_path, fault_study(model, fault, **server))
+    record = assert_clean_failure(tmp_path, rc, err, code=code, cls=cls, section=section, words=words)
+    assert f"FAILED [{cls}]" in err
+    if fault == "signature-at-startup":
+        assert record["signature"] == "cuda-illegal-instruction"
+
+
+def test_healthy_fault_server_gives_a_valid_result(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model))
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert [s["output_tokens"] for s in doc["sections"]] == [16, 16, 8]
+    assert not (tmp_path / "failures").exists()
+
+
+def test_child_that_leaves_the_process_group_is_killed_too(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model, "escaping-child"))
+    assert rc == 0, err
+    child = int(re.search(r"escaping child pid (\d+)", (tmp_path / "server.log").read_text()).group(1))
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_port_already_served_is_never_benchmarked(tmp_path, model):
+    with socket.socket() as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        stranger.listen()
+        port = stranger.getsockname()[1]
+        rc, err = run_cli(tmp_path, fault_study(model), "--port", str(port))
+    assert_clean_failure(tmp_path, rc, err, code=15, cls="port-conflict", words=[str(port)])
+    assert server_pid(err) is None  # refused before any launch
+
+
+def test_context_that_cannot_fit_fails_before_any_server_starts(tmp_path, model):
+    study = fault_study(model)
+    spec = json.loads(expand_grid(study)[0].to_json())
+    spec["context"] = 8190
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", json.dumps(spec),
+                           "--failures-dir", str(tmp_path / "failures")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "8190" in proc.stderr and "8192" in proc.stderr
+    assert server_pid(proc.stderr) is None and not (tmp_path / "logs").exists()
+
+
+def test_unwritable_result_leaves_no_partial_file(tmp_path, model):
+    (tmp_path / "runs").write_text("a file where the results folder should be")
+    rc, err = run_cli(tmp_path, fault_study(model))
+    assert rc == 16, err
+    assert (tmp_path / "runs").read_text() == "a file where the results folder should be"
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record["class"] == "result-write"
+    pid = server_pid(err)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_mid_section_tears_the_server_down(tmp_path, model, sig, code):
+    spec = expand_grid(fault_study(model, token_delay=0.05))[0]
+    log = tmp_path / "cli.log"
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--server-log",
+             str(tmp_path / "server.log"), "--failures-dir", str(tmp_path / "failures")],
+            cwd=tmp_path, stderr=err_file, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while "section short: start" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)  # the whole process group, as a terminal or scheduler does
+        proc.wait(timeout=60)
+    assert_clean_failure(tmp_path, proc.returncode, log.read_text(), code=code, cls="interrupted",
+                         section="short", words=[signal.Signals(sig).name])
+
+
+def test_a_retry_of_a_deterministic_failure_does_not_relaunch(tmp_path, model):
+    study = fault_study(model, "short-at-request:2")
+    rc, _ = run_cli(tmp_path, study)
+    assert rc == 14
+    log_size = (tmp_path / "server.log").stat().st_size
+    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    assert rc == 14 and "not retried" in err
+    assert (tmp_path / "server.log").stat().st_size == log_size  # no new launch
+    assert len(list((tmp_path / "failures" / NAME).glob("*.json"))) == 1
+
+
+def test_a_retry_of_a_transient_failure_runs_again(tmp_path, model):
+    study = fault_study(model, "die-at-request:2")
+    assert run_cli(tmp_path, study)[0] == 12
+    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    assert rc == 12 and "not retried" not in err
+    records = sorted((tmp_path / "failures" / NAME).glob("*.json"))
+    assert [json.loads(p.read_text())["attempt"] for p in records] == [1, 2]

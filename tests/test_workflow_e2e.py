@@ -76,7 +76,8 @@ def _wait_for_section(log: Path, section: str, timeout: float = 600) -> int:
 
 
 def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it(embedded, tmp_path):
-    study = small_study(grid={"budget": [0, 4, 8], "tp": [1], "context": [64]})
+    # No retry: this test wants the failed job to stay failed until the second run.
+    study = small_study(grid={"budget": [0, 4, 8], "tp": [1], "context": [64]}, retries=0)
     victim = "tp1-b4-ctx64"
     proc = run_workflow(tmp_path, study)
     pid = _wait_for_section(tmp_path / f"logs/runs/{victim}.log", "medium")

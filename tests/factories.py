@@ -13,9 +13,11 @@ def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> 
     out, t = [], 0.0
     for index in range(section.requests):
         end = t + ttft + (section.output_tokens - 1) / tok_s
+        chunk_t = tuple(t + ttft + k / tok_s for k in range(section.output_tokens))
         out.append(RequestRecord(
             section=section.name, index=index, prompt_tokens=64, output_tokens=section.output_tokens,
-            t_send=t, t_first_token=t + ttft, t_end=end, chunks=section.output_tokens,
+            t_scheduled=t, t_send=t, t_first_token=t + ttft, t_end=end, chunk_t=chunk_t,
+            chunk_tokens=(1,) * section.output_tokens,
             server_predicted_per_second=tok_s, draft_tokens=0, draft_accepted=0,
         ))
         t = end
@@ -31,5 +33,6 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         stats = metrics.section_metrics(records, wall, {})
         sections.append({"name": section.name, **asdict(section), **stats,
                          "records": [runner._record_doc(r) for r in records]})
-    return runner._result_doc(spec, argv=["llama-server"], version="test", info={}, warm={},
-                              sections=sections, started_at="t0", startup_s=1.0, job_s=2.0)
+    measured = {"warmup": {}, "prompts": {}, "sections": sections}
+    return runner._result_doc(spec, argv=["llama-server"], version="test", info={}, measured=measured,
+                              started_at="t0", startup_s=1.0, job_s=2.0)

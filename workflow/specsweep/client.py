@@ -23,19 +23,34 @@ class ConnectionLost(Exception):
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request as the client saw it; times are seconds since the section started."""
+    """One request as the client saw it; times are seconds since the section started.
+
+    ``chunk_t``/``chunk_tokens``: arrival time of every stream event that carried tokens and how
+    many tokens it carried, by the server's own running count (several under speculation).
+    """
 
     section: str
     index: int
     prompt_tokens: int
     output_tokens: int
+    t_scheduled: float
     t_send: float
     t_first_token: float
     t_end: float
-    chunks: int
+    chunk_t: tuple[float, ...]
+    chunk_tokens: tuple[int, ...]
     server_predicted_per_second: float | None
     draft_tokens: int
     draft_accepted: int
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_t)
+
+    @property
+    def schedule_lag_s(self) -> float:
+        """How late the client sent the request against its schedule (client-side queueing)."""
+        return self.t_send - self.t_scheduled
 
     @property
     def ttft_s(self) -> float:
@@ -46,12 +61,41 @@ class RequestRecord:
         return self.t_end - self.t_send
 
     @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.output_tokens < 2:
+            return None
+        return (self.t_end - self.t_first_token) / (self.output_tokens - 1)
+
+    @property
     def decode_tok_s(self) -> float | None:
         """Tokens after the first over the time after the first token; None for 1 token."""
         span = self.t_end - self.t_first_token
         if self.output_tokens < 2 or span <= 0:
             return None
         return (self.output_tokens - 1) / span
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Gaps between consecutive token-carrying events: what a reader of the stream waits."""
+        return [b - a for a, b in zip(self.chunk_t, self.chunk_t[1:])]
+
+
+class _Timeline:
+    """Arrival times and server-counted token increments of one stream."""
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.counted = 0
+
+    def event(self, predicted: int) -> None:
+        now = time.monotonic() - self.t0
+        if predicted > self.counted:
+            self.times.append(now)
+            self.tokens.append(predicted - self.counted)
+            self.counted = predicted
 
 
 def stream_completion(
@@ -63,6 +107,7 @@ def stream_completion(
     section: str,
     index: int,
     t0: float,
+    t_scheduled: float | None = None,
 ) -> RequestRecord:
     """Send one greedy, ignore_eos streaming request and validate every event of the answer."""
     body = {
@@ -74,6 +119,7 @@ def stream_completion(
         "cache_prompt": False,  # every request pays its own prefill, as a fresh prompt would
     }
     t_send = time.monotonic() - t0
+    timeline = _Timeline(t0)
     try:
         # The read timeout bounds the gap between two bytes: a stalled server trips it.
         with requests.post(
@@ -81,8 +127,7 @@ def stream_completion(
         ) as resp:
             if resp.status_code != 200:
                 raise InvalidResponse(f"HTTP {resp.status_code} from /completion: {resp.text[:300]}")
-            return _read_stream(resp, section=section, index=index, n_predict=n_predict,
-                                prompt_len=len(prompt), t0=t0, t_send=t_send)
+            final = _read_stream(resp, timeline)
     except requests.exceptions.ConnectionError as exc:
         # requests reports a read timeout inside a stream as a ConnectionError subclass.
         if _is_read_timeout(exc):
@@ -92,6 +137,18 @@ def stream_completion(
         raise ServerHung(f"no bytes from the server for {stall_timeout_s:g} s (stall timeout)") from exc
     except requests.exceptions.ChunkedEncodingError as exc:
         raise ConnectionLost(str(exc)) from exc
+    t_end = time.monotonic() - t0
+    _validate_final(final, n_predict=n_predict, prompt_len=len(prompt))
+    timings = final.get("timings") or {}
+    return RequestRecord(
+        section=section, index=index, prompt_tokens=len(prompt), output_tokens=final["tokens_predicted"],
+        t_scheduled=t_send if t_scheduled is None else t_scheduled, t_send=t_send,
+        t_first_token=timeline.times[0] if timeline.times else t_end, t_end=t_end,
+        chunk_t=tuple(timeline.times), chunk_tokens=tuple(timeline.tokens),
+        server_predicted_per_second=timings.get("predicted_per_second"),
+        draft_tokens=int(timings.get("draft_n", 0)),
+        draft_accepted=int(timings.get("draft_n_accepted", 0)),
+    )
 
 
 def _is_read_timeout(exc: Exception) -> bool:
@@ -99,28 +156,21 @@ def _is_read_timeout(exc: Exception) -> bool:
     return "Read timed out" in text or "ReadTimeout" in text
 
 
-def _read_stream(resp, *, section, index, n_predict, prompt_len, t0, t_send) -> RequestRecord:
-    t_first = None
-    chunks = 0
-    final = None
-    for raw in resp.iter_lines():
+def _read_stream(resp, timeline: _Timeline) -> dict:
+    """Consume the stream up to its final event; record when each token arrived."""
+    # A large chunk size: a small read buffer throttles long streams (a peer's known defect).
+    for raw in resp.iter_lines(chunk_size=65536):
         if not raw:
             continue
         event = _parse_event(raw)
         if event is None:
             continue
-        chunks += 1
-        if t_first is None and event.get("tokens_predicted", 0) >= 1:
-            t_first = time.monotonic() - t0
+        predicted = event.get("tokens_predicted")
+        if isinstance(predicted, int):
+            timeline.event(predicted)
         if event.get("stop"):
-            final = event
-            break
-    t_end = time.monotonic() - t0
-    if final is None:
-        raise ConnectionLost("stream ended without a final event")
-    return _record(final, section=section, index=index, n_predict=n_predict, prompt_len=prompt_len,
-                   t_send=t_send, t_first=t_first if t_first is not None else t_end, t_end=t_end,
-                   chunks=chunks)
+            return event
+    raise ConnectionLost("stream ended without a final event")
 
 
 def _parse_event(raw: bytes) -> dict | None:
@@ -141,7 +191,8 @@ def _parse_event(raw: bytes) -> dict | None:
     return event
 
 
-def _record(final: dict, *, section, index, n_predict, prompt_len, t_send, t_first, t_end, chunks) -> RequestRecord:
+def _validate_final(final: dict, *, n_predict: int, prompt_len: int) -> None:
+    """The final event must report exactly the requested work, by the server's own counters."""
     timings = final.get("timings") or {}
     produced = final.get("tokens_predicted")
     if not isinstance(produced, int):
@@ -157,13 +208,6 @@ def _record(final: dict, *, section, index, n_predict, prompt_len, t_send, t_fir
     evaluated = final.get("tokens_evaluated", prompt_len)
     if evaluated != prompt_len:
         raise InvalidResponse(f"server evaluated {evaluated} prompt tokens, {prompt_len} were sent")
-    return RequestRecord(
-        section=section, index=index, prompt_tokens=prompt_len, output_tokens=produced,
-        t_send=t_send, t_first_token=t_first, t_end=t_end, chunks=chunks,
-        server_predicted_per_second=timings.get("predicted_per_second"),
-        draft_tokens=int(timings.get("draft_n", 0)),
-        draft_accepted=int(timings.get("draft_n_accepted", 0)),
-    )
 
 
 def tokenize(base_url: str, text: str, timeout: float = 30.0) -> list[int]:

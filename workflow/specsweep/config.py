@@ -26,6 +26,7 @@ class Section:
     output_tokens: int
     requests: int
     concurrency: int = 1
+    request_rate: float | None = None  # requests/s of a seeded Poisson schedule; None = closed loop
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class RunSpec:
     seed: int
     warmup_requests: int
     warmup_output_tokens: int
+    max_schedule_lag_s: float = 0.05
+    prompts_file: str | None = None
     sections: tuple[Section, ...] = field(default_factory=tuple)
 
     @property
@@ -168,6 +171,8 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         seed=workload["seed"],
         warmup_requests=workload["warmup_requests"],
         warmup_output_tokens=workload["warmup_output_tokens"],
+        max_schedule_lag_s=float(workload["max_schedule_lag_s"]),
+        prompts_file=workload["prompts_file"],
         sections=tuple(Section(**s) for s in workload["sections"]),
     )
 

@@ -86,6 +86,14 @@ class InvalidResponse(SpecsweepError):
     exit_code = 14
 
 
+class ClientOverload(SpecsweepError):
+    """The client could not keep its request schedule: it, not the server, was measured."""
+
+    failure_class = "client-overload"
+    exit_code = 17
+    transient = True
+
+
 class PortConflict(SpecsweepError):
     """Another process already serves the port: benchmarking it would measure a stranger."""
 
@@ -132,6 +140,7 @@ ALL_ERRORS = (
     ServerDied,
     ServerHung,
     InvalidResponse,
+    ClientOverload,
     PortConflict,
     ResultWriteError,
     InternalError,

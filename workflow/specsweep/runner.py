@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import __version__, client, metrics, probes, workload
 from .config import RunSpec, Section
-from .errors import ConfigError, InvalidResponse, SpecsweepError
+from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
 
@@ -38,6 +38,8 @@ def preflight(spec: RunSpec) -> None:
         raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
     if spec.model_path and not Path(spec.model_path).is_file():
         raise ConfigError(f"model file {spec.model_path} does not exist")
+    if spec.prompts_file:
+        workload.read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
 
 
 def server_argv(spec: RunSpec, port: int) -> list[str]:
@@ -91,8 +93,8 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, port: int |
         say(spec, f"ready after {startup_s:.1f} s")
         info = client.server_info(server.base_url)
         check_server_context(spec, info)
-        sections, warm = _measure(spec, server)
-    doc = _result_doc(spec, argv=argv, version=version, info=info, warm=warm, sections=sections,
+        measured = _measure(spec, server)
+    doc = _result_doc(spec, argv=argv, version=version, info=info, measured=measured,
                       started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job)
     validate_result(doc)  # the same check aggregation applies: never write what it would refuse
     write_json_atomic(out, doc)
@@ -110,11 +112,11 @@ def _phase(name: str):
         raise
 
 
-def _measure(spec: RunSpec, server: ServerProcess) -> tuple[list[dict], dict]:
+def _measure(spec: RunSpec, server: ServerProcess) -> dict:
     most = max(s.requests for s in spec.sections)
     with _phase("prompts"):
         prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
-                                        length=spec.context)
+                                        length=spec.context, prompts_file=spec.prompts_file)
     say(spec, f"warmup: {spec.warmup_requests} request(s)")
     t = time.monotonic()
     with _phase("warmup"):
@@ -123,22 +125,26 @@ def _measure(spec: RunSpec, server: ServerProcess) -> tuple[list[dict], dict]:
         server.check_alive("after warmup")
     warm_doc = {"requests": len(warm), "output_tokens": sum(r.output_tokens for r in warm),
                 "wall_s": time.monotonic() - t}
+    prompts_doc = {"source": spec.prompts_file or "bundled corpus", "seed": spec.seed, "count": len(prompts),
+                   "tokens_each": spec.context, "sha256": workload.prompt_set_hash(prompts)}
     sections = []
     for section in spec.sections:
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
             sections.append(_run_one_section(spec, server, section, prompts))
-    return sections, warm_doc
+    return {"warmup": warm_doc, "prompts": prompts_doc, "sections": sections}
 
 
 def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts) -> dict:
     before = client.metrics(server.base_url)
-    records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s)
+    records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
+                                         send_times=workload.schedule(section, spec.seed))
     after = client.metrics(server.base_url)
     server.check_alive(f"after section {section.name}")
     stats = metrics.section_metrics(records, wall, metrics.counter_delta(before, after))
     _check_counters(section.name, stats)
+    _check_schedule(spec, section.name, stats)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {wall:.2f} s")
     return {"name": section.name, **asdict(section), **stats, "records": [_record_doc(r) for r in records]}
 
@@ -153,12 +159,24 @@ def _check_counters(name: str, stats: dict) -> None:
         )
 
 
+def _check_schedule(spec: RunSpec, name: str, stats: dict) -> None:
+    lag = stats["schedule_lag_s"]["p99"]
+    if lag is not None and lag > spec.max_schedule_lag_s:
+        raise ClientOverload(
+            f"section {name}: requests left the client {lag * 1000:.1f} ms late (p99) against their "
+            f"schedule, above workload.max_schedule_lag_s = {spec.max_schedule_lag_s * 1000:.1f} ms; "
+            f"lower the request rate or concurrency, or give the client a core of its own"
+        )
+
+
 def _record_doc(record: client.RequestRecord) -> dict:
-    return {**asdict(record), "ttft_s": record.ttft_s, "e2e_s": record.e2e_s,
-            "decode_tok_s": record.decode_tok_s}
+    """The raw record plus its derived figures, so every statistic can be recomputed."""
+    return {**asdict(record), "ttft_s": record.ttft_s, "tpot_s": record.tpot_s, "e2e_s": record.e2e_s,
+            "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def _result_doc(spec: RunSpec, *, argv, version, info, warm, sections, started_at, startup_s, job_s) -> dict:
+def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, startup_s, job_s) -> dict:
+    sections = measured["sections"]
     return {
         "schema": RESULT_SCHEMA,
         "schema_version": RESULT_VERSION,
@@ -177,6 +195,7 @@ def _result_doc(spec: RunSpec, *, argv, version, info, warm, sections, started_a
         "finished_at": utc_now(),
         "timing": {"startup_s": startup_s, "job_s": job_s,
                    "sections_s": sum(s["wall_s"] for s in sections)},
-        "warmup": warm,
+        "warmup": measured["warmup"],
+        "prompts": measured["prompts"],
         "sections": sections,
     }

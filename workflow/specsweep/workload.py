@@ -7,15 +7,18 @@ event), not only between sections.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import queue
 import random
 import threading
 import time
 from importlib import resources
+from pathlib import Path
 
 from . import client
 from .config import Section
-from .errors import InvalidResponse, ServerDied, SpecsweepError
+from .errors import ConfigError, InvalidResponse, ServerDied, SpecsweepError
 from .server import ServerProcess
 
 POLL_S = 0.02
@@ -43,8 +46,17 @@ def prompt_text(seed: int, index: int, min_words: int) -> str:
     return "\n\n".join(out)
 
 
-def make_prompts(base_url: str, *, seed: int, count: int, length: int) -> list[list[int]]:
-    """``count`` distinct prompts of exactly ``length`` tokens as the server tokenizes them."""
+def make_prompts(base_url: str, *, seed: int, count: int, length: int,
+                 prompts_file: str | None = None) -> list[list[int]]:
+    """``count`` prompts of exactly ``length`` tokens as the server tokenizes them.
+
+    From the bundled corpus in a seeded order, or from the user's JSONL file (one
+    {"prompt": text} per line, used in order, each cut to ``length`` tokens).
+    """
+    if prompts_file:
+        texts = read_prompts_file(prompts_file)
+        return [_cut(client.tokenize(base_url, texts[i % len(texts)]), length, f"{prompts_file} line "
+                     f"{i % len(texts) + 1}") for i in range(count)]
     prompts = []
     for index in range(count):
         words = max(16, length)  # English runs above one token per word: enough text, then cut
@@ -56,38 +68,94 @@ def make_prompts(base_url: str, *, seed: int, count: int, length: int) -> list[l
     return prompts
 
 
+def _cut(tokens: list[int], length: int, where: str) -> list[int]:
+    if len(tokens) < length:
+        raise ConfigError(f"{where}: the prompt has {len(tokens)} tokens, the grid asks for {length}; "
+                          f"use longer prompts or a smaller grid.context")
+    return tokens[:length]
+
+
+def read_prompts_file(path: str) -> list[str]:
+    """The prompts of a JSONL file; errors name the line."""
+    texts = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read prompts file {path}: {exc.strerror}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)["prompt"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ConfigError(f'{path} line {number}: expected {{"prompt": "..."}}, got {line[:80]!r}') from exc
+        if not isinstance(text, str) or not text:
+            raise ConfigError(f"{path} line {number}: prompt must be a non-empty string")
+        texts.append(text)
+    if not texts:
+        raise ConfigError(f"prompts file {path} holds no prompts")
+    return texts
+
+
+def prompt_set_hash(prompts: list[list[int]]) -> str:
+    """SHA-256 of the exact token ids sent, so two results can be checked for the same input."""
+    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
+
+
+def schedule(section: Section, seed: int) -> list[float] | None:
+    """Send times (s after the section starts) of a seeded Poisson process; None = closed loop."""
+    if section.request_rate is None:
+        return None
+    rng = random.Random(f"{seed}:{section.name}")
+    times, t = [], 0.0
+    for _ in range(section.requests):
+        times.append(t)
+        t += rng.expovariate(section.request_rate)
+    return times
+
+
 def run_section(
     server: ServerProcess,
     section: Section,
     prompts: list[list[int]],
     *,
     stall_timeout_s: float,
+    send_times: list[float] | None = None,
 ) -> tuple[list[client.RequestRecord], float]:
-    """Run a section's requests, ``concurrency`` at a time; return the records and wall time."""
-    todo: queue.Queue[int] = queue.Queue()
-    for index in range(section.requests):
-        todo.put(index)
+    """Run a section's requests, at most ``concurrency`` in flight; return records and wall time.
+
+    Closed loop (no send_times): a request is due the moment a worker is free. Open loop: each
+    request is due at its scheduled time; waiting for a free worker counts as schedule lag.
+    """
+    due: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     t0 = time.monotonic()
 
     def worker() -> None:
-        while True:
+        while (item := due.get()) is not None:
+            index, t_scheduled = item
             try:
-                index = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                record = client.stream_completion(
+                done.put(client.stream_completion(
                     server.base_url, prompt=prompts[index % len(prompts)], n_predict=section.output_tokens,
                     stall_timeout_s=stall_timeout_s, section=section.name, index=index, t0=t0,
-                )
-                done.put(record)
+                    t_scheduled=t_scheduled,
+                ))
             except BaseException as exc:  # handed to the main thread, which decides
                 done.put(exc)
                 return
 
+    def dispatch() -> None:
+        for index in range(section.requests):
+            at = send_times[index] if send_times else None
+            if at is not None:
+                time.sleep(max(0.0, t0 + at - time.monotonic()))
+            due.put((index, at))
+        for _ in range(section.concurrency):
+            due.put(None)
+
     # Daemon threads: a thread stuck on a dead socket must never keep the job alive.
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(section.concurrency)]
+    threads = [threading.Thread(target=dispatch, daemon=True)]
+    threads += [threading.Thread(target=worker, daemon=True) for _ in range(section.concurrency)]
     for thread in threads:
         thread.start()
     records = _collect(server, section, done, expected=section.requests)
@@ -124,6 +192,6 @@ def warmup(server: ServerProcess, prompts: list[list[int]], *, output_tokens: in
     """Warmup requests: validated like any other, kept out of every statistic."""
     if not prompts:
         return []
-    section = Section(name="warmup", output_tokens=output_tokens, requests=len(prompts), concurrency=1)
+    section = Section(name="warmup", output_tokens=output_tokens, requests=len(prompts))
     records, _ = run_section(server, section, prompts, stall_timeout_s=stall_timeout_s)
     return records

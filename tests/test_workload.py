@@ -1,0 +1,86 @@
+"""Load shape and prompts: seeded schedules, schedule lag, the user's own prompt file."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from specsweep import results, workload
+from specsweep.config import Section
+from test_faults import NAME, fault_study, model, run_cli  # noqa: F401  (model is a fixture)
+
+
+def test_schedule_is_seeded_and_has_the_asked_rate():
+    section = Section(name="s", output_tokens=1, requests=2000, request_rate=50.0)
+    times = workload.schedule(section, seed=3)
+    assert times == workload.schedule(section, seed=3) and times != workload.schedule(section, seed=4)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 0 and statistics.mean(gaps) == pytest.approx(1 / 50, rel=0.1)
+    assert workload.schedule(Section(name="s", output_tokens=1, requests=3), seed=3) is None
+
+
+def test_corpus_prompts_are_real_text_and_reproducible():
+    a = workload.prompt_text(0, 1, 200)
+    assert a == workload.prompt_text(0, 1, 200) and a != workload.prompt_text(1, 1, 200)
+    assert len(a.split()) >= 200 and "the" in a.split()
+
+
+def _with_sections(study: dict, **section) -> dict:
+    for s in study["workload"]["sections"]:
+        s.update(section)
+    return study
+
+
+def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
+    study = _with_sections(fault_study(model), request_rate=20.0, concurrency=2)
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    for section in doc["sections"]:
+        sent = [r["t_scheduled"] for r in section["records"]]
+        assert sent == workload.schedule(Section(**{k: section[k] for k in (
+            "name", "output_tokens", "requests", "concurrency", "request_rate")}), doc["spec"]["seed"])
+        assert section["schedule_lag_s"]["p99"] < 0.05
+        assert all(r["chunk_tokens"] and sum(r["chunk_tokens"]) == r["output_tokens"] for r in section["records"])
+        assert section["itl_s"]["p50"] > 0 and section["tpot_s"]["p50"] > 0
+
+
+def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path, model):
+    # One request in flight at a time, each ~0.4 s, due every ~10 ms: the client queues.
+    study = _with_sections(fault_study(model, token_delay=0.05), request_rate=100.0, concurrency=1)
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 17, err
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record["class"] == "client-overload" and record["section"] == "short"
+    assert "max_schedule_lag_s" in record["reason"]
+    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
+
+
+def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"w{i}-{k}" for k in range(40))}) for i in range(3)))
+    study = fault_study(model)
+    study["workload"]["prompts_file"] = str(prompts)
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert doc["prompts"]["source"] == str(prompts) and len(doc["prompts"]["sha256"]) == 64
+    assert {r["prompt_tokens"] for s in doc["sections"] for r in s["records"]} == {16}
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"text": "x"}\n', ["line 1", '{"prompt": "..."}']),
+    ('{"prompt": "too short"}\n', ["line 1", "2 tokens", "asks for 16"]),
+])
+def test_bad_prompt_files_are_named_by_line(tmp_path, model, content, words):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(content)
+    study = fault_study(model)
+    study["workload"]["prompts_file"] = str(prompts)
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 2, err
+    reason = results.latest_failure(tmp_path / "failures", NAME)["reason"]
+    for word in words:
+        assert word in reason

@@ -30,7 +30,7 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
     for section in spec.sections:
         records = records_for(section, tok_s=tok_s)
         wall = records[-1].t_end - records[0].t_send
-        stats = metrics.section_metrics(records, wall, {})
+        stats = metrics.section_metrics([(records, wall)], {})
         sections.append({"name": section.name, **asdict(section), **stats,
                          "records": [runner._record_doc(r) for r in records]})
     measured = {"warmup": {}, "prompts": {}, "sections": sections}

@@ -11,8 +11,10 @@ from .results import InvalidResult, latest_failure, load_result, write_text_atom
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
 METRIC_COLUMNS = [
-    "requests", "output_tokens", "wall_s", "output_tok_s", "request_s",
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s",
+    "requests", "repeats", "output_tokens", "wall_s", "output_tok_s", "output_tok_s_min", "output_tok_s_max",
+    "request_s",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s",
+    "e2e_p50_s", "e2e_p99_s", "schedule_lag_p99_s",
     "decode_tok_s_mean", "decode_tok_s_p50", "decode_tok_s_min", "decode_tok_s_max",
     "draft_acceptance_rate", "acceptance_length",
 ]
@@ -66,11 +68,15 @@ def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[di
 
 def _metrics(section: dict) -> dict:
     ttft, e2e, dec = section["ttft_s"], section["e2e_s"], section["decode_tok_s"]
+    tpot, itl = section["tpot_s"], section["itl_s"]
     return {
-        "requests": section["requests"], "output_tokens": section["output_tokens"],
-        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"], "request_s": section["request_s"],
+        "requests": section["requests"], "repeats": section["repeats"], "output_tokens": section["output_tokens"],
+        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"],
+        "output_tok_s_min": section["output_tok_s_min"], "output_tok_s_max": section["output_tok_s_max"],
+        "request_s": section["request_s"],
         "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
-        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"],
+        "tpot_p50_s": tpot["p50"], "tpot_p99_s": tpot["p99"], "itl_p50_s": itl["p50"], "itl_p99_s": itl["p99"],
+        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"], "schedule_lag_p99_s": section["schedule_lag_s"]["p99"],
         "decode_tok_s_mean": dec["mean"], "decode_tok_s_p50": dec["p50"],
         "decode_tok_s_min": dec["min"], "decode_tok_s_max": dec["max"],
         "draft_acceptance_rate": section["draft_acceptance_rate"],
@@ -90,6 +96,9 @@ def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     frame["baseline_tok_s"] = baseline
     frame["speedup"] = frame["output_tok_s"].astype("float64") / baseline
+    # The spread of this configuration's repeats, against the baseline's mean.
+    frame["speedup_min"] = frame["output_tok_s_min"].astype("float64") / baseline
+    frame["speedup_max"] = frame["output_tok_s_max"].astype("float64") / baseline
     return frame
 
 

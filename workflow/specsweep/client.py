@@ -42,6 +42,7 @@ class RequestRecord:
     server_predicted_per_second: float | None
     draft_tokens: int
     draft_accepted: int
+    repeat: int = 0
 
     @property
     def chunks(self) -> int:

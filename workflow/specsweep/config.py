@@ -52,6 +52,7 @@ class RunSpec:
     warmup_output_tokens: int
     max_schedule_lag_s: float = 0.05
     prompts_file: str | None = None
+    repeats: int = 1
     sections: tuple[Section, ...] = field(default_factory=tuple)
 
     @property
@@ -173,6 +174,7 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         warmup_output_tokens=workload["warmup_output_tokens"],
         max_schedule_lag_s=float(workload["max_schedule_lag_s"]),
         prompts_file=workload["prompts_file"],
+        repeats=workload["repeats"],
         sections=tuple(Section(**s) for s in workload["sections"]),
     )
 

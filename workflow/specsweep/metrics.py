@@ -32,8 +32,25 @@ def distribution(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def section_metrics(records: list[RequestRecord], wall_s: float, counters: dict[str, float]) -> dict:
-    """Section throughput, latency distributions and acceptance, from validated records."""
+def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dict[str, float]) -> dict:
+    """Section statistics over its repeats: ``runs`` holds (records, wall time) per repeat.
+
+    Throughput is total tokens over total wall time, with every repeat's own figure kept for
+    the spread; latency distributions pool the requests of all repeats.
+    """
+    records = [r for recs, _ in runs for r in recs]
+    wall_s = sum(wall for _, wall in runs)
+    per_repeat = [sum(r.output_tokens for r in recs) / wall for recs, wall in runs if wall > 0]
+    return {
+        **_pooled(records, wall_s, counters),
+        "repeats": len(runs),
+        "output_tok_s_repeats": per_repeat,
+        "output_tok_s_min": min(per_repeat) if per_repeat else None,
+        "output_tok_s_max": max(per_repeat) if per_repeat else None,
+    }
+
+
+def _pooled(records: list[RequestRecord], wall_s: float, counters: dict[str, float]) -> dict:
     tokens = sum(r.output_tokens for r in records)
     decode = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
     drafted = sum(r.draft_tokens for r in records)

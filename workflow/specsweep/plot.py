@@ -56,9 +56,13 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
 
 
 def _panel(ax, part: pd.DataFrame, column: str, palette, budgets, title: str) -> None:
+    """Mean per budget and context, with the repeats' min-max as error bars."""
+    low, high = (f"{column}_min", f"{column}_max") if column == "speedup" else ("output_tok_s_min", "output_tok_s_max")
     for context, group in part.groupby("context"):
         group = group.sort_values("budget")
-        ax.plot(group["budget"], group[column], marker="o", color=palette[context], label=f"ctx {context}")
+        yerr = [(group[column] - group[low]).clip(lower=0), (group[high] - group[column]).clip(lower=0)]
+        ax.errorbar(group["budget"], group[column], yerr=yerr, marker="o", capsize=4, color=palette[context],
+                    label=f"ctx {context}")
     ax.set_title(title, fontsize=10, pad=16)  # room for the missing-result marks above the axes
     ax.set_xticks(budgets)
     ax.set_xlabel("draft budget (0 = no speculation)")

@@ -93,14 +93,15 @@ def validate_result(doc: dict) -> None:
     if [s.get("name") for s in sections] != expected:
         raise InvalidResult(f"sections {[s.get('name') for s in sections]} do not match the spec's {expected}")
     for spec_section, section in zip(doc["spec"]["sections"], sections):
-        _validate_section(spec_section, section)
+        _validate_section(spec_section, section, doc["spec"].get("repeats", 1))
 
 
-def _validate_section(spec_section: dict, section: dict) -> None:
+def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:
     name = section["name"]
     records = section.get("records") or []
-    if len(records) != spec_section["requests"] or section.get("requests") != spec_section["requests"]:
-        raise InvalidResult(f"section {name}: {len(records)} records, {spec_section['requests']} requested")
+    expected = spec_section["requests"] * repeats
+    if len(records) != expected or section.get("requests") != expected:
+        raise InvalidResult(f"section {name}: {len(records)} records, {expected} requested")
     for rec in records:
         if rec["output_tokens"] != spec_section["output_tokens"]:
             raise InvalidResult(f"section {name}: a request produced {rec['output_tokens']} tokens")

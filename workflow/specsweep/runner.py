@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import __version__, client, metrics, probes, workload
@@ -138,15 +138,20 @@ def _measure(spec: RunSpec, server: ServerProcess) -> dict:
 
 def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts) -> dict:
     before = client.metrics(server.base_url)
-    records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
-                                         send_times=workload.schedule(section, spec.seed))
+    runs = []
+    for repeat in range(spec.repeats):
+        records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
+                                             send_times=workload.schedule(section, spec.seed))
+        runs.append(([replace(r, repeat=repeat) for r in records], wall))
+        server.check_alive(f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else ""))
     after = client.metrics(server.base_url)
-    server.check_alive(f"after section {section.name}")
-    stats = metrics.section_metrics(records, wall, metrics.counter_delta(before, after))
+    stats = metrics.section_metrics(runs, metrics.counter_delta(before, after))
     _check_counters(section.name, stats)
     _check_schedule(spec, section.name, stats)
-    say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {wall:.2f} s")
-    return {"name": section.name, **asdict(section), **stats, "records": [_record_doc(r) for r in records]}
+    say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
+              + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})" if spec.repeats > 1 else ""))
+    return {"name": section.name, **asdict(section), **stats,
+            "records": [_record_doc(r) for recs, _ in runs for r in recs]}
 
 
 def _check_counters(name: str, stats: dict) -> None:

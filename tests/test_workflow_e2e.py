@@ -27,7 +27,7 @@ def _check_result(doc: dict) -> None:
     assert doc["server"]["version"] != "unknown" and "--port" in doc["server"]["command"]
     assert doc["timing"]["startup_s"] > 0 and doc["timing"]["job_s"] > doc["timing"]["sections_s"]
     for section, spec_section in zip(doc["sections"], doc["spec"]["sections"]):
-        n, per = spec_section["requests"], spec_section["output_tokens"]
+        n, per = spec_section["requests"] * doc["spec"]["repeats"], spec_section["output_tokens"]
         assert section["output_tokens"] == n * per
         assert section["counters"]["llamacpp:tokens_predicted_total"] == n * per  # server agrees
         assert 1 < section["output_tok_s"] < 2000
@@ -39,6 +39,9 @@ def _check_result(doc: dict) -> None:
         assert section["ttft_s"]["p50"] <= section["ttft_s"]["p99"]
         expected_rate = section["output_tokens"] / section["wall_s"]
         assert section["output_tok_s"] == pytest.approx(expected_rate)
+        assert section["output_tok_s_min"] <= section["output_tok_s"] <= section["output_tok_s_max"]
+        assert len(section["output_tok_s_repeats"]) == doc["spec"]["repeats"]
+        assert {r["repeat"] for r in section["records"]} == set(range(doc["spec"]["repeats"]))
     if doc["spec"]["budget"] > 0:
         assert any(s["draft_tokens"] > 0 for s in doc["sections"]), "speculation was on but nothing drafted"
     else:

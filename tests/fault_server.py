@@ -174,6 +174,7 @@ def main() -> None:
     if state.fault == "escaping-child":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         print(f"fault-server: escaping child pid {child.pid}", file=sys.stderr, flush=True)
+    ThreadingHTTPServer.request_queue_size = 512  # the default backlog of 5 resets concurrent connects
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     print(f"fault-server: listening on {args.host}:{args.port} ({args.fault})", file=sys.stderr, flush=True)

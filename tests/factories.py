@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from specsweep import config as study
 from specsweep import metrics, runner
@@ -28,11 +28,13 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
     """A valid result document for a spec, every section at about tok_s."""
     sections = []
     for section in spec.sections:
-        records = records_for(section, tok_s=tok_s)
-        wall = records[-1].t_end - records[0].t_send
-        stats = metrics.section_metrics([(records, wall)], {})
+        runs = []
+        for repeat in range(spec.repeats):
+            records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
+            runs.append((records, records[-1].t_end - records[0].t_send))
+        stats = metrics.section_metrics(runs, {})
         sections.append({"name": section.name, **asdict(section), **stats,
-                         "records": [runner._record_doc(r) for r in records]})
+                         "records": [runner._record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {}, "prompts": {}, "sections": sections}
     return runner._result_doc(spec, argv=["llama-server"], version="test", info={}, measured=measured,
                               started_at="t0", startup_s=1.0, job_s=2.0)

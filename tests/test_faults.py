@@ -35,7 +35,7 @@ def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002,
             "startup_timeout_s": 10, "stall_timeout_s": 1.5, **server,
         },
         "grid": {"budget": [0], "tp": [1], "context": [16]},
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "sections": [
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},
             {"name": "medium", "output_tokens": 8, "requests": 2},
             {"name": "long", "output_tokens": 8, "requests": 1},

@@ -27,7 +27,7 @@ def study(tmp_path: Path, fault: str, **extra) -> dict:
         "grid": {"budget": [0, 2, 4], "tp": [1], "context": [16]},
         "retries": 1,
         "exclude": [{"budget": 4, "reason": "known crash on this GPU"}],
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "sections": [
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},
             {"name": "medium", "output_tokens": 8, "requests": 2}]},
     }

@@ -45,9 +45,9 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     _legend(fig, axes, palette)
     n_bad = len(not_ok(frame))
     fig.suptitle(f"{title}\n{frame['name'].nunique() - n_bad} configurations measured, {n_bad} without result",
-                 fontsize=12)
+                 fontsize=12, y=0.995)
     footer = _footer(frame)
-    fig.tight_layout(rect=(0, 0.02 + 0.022 * footer.count("\n"), 1, 0.95))
+    fig.tight_layout(rect=(0, 0.02 + 0.022 * footer.count("\n"), 1, 0.89))
     if footer:
         fig.text(0.01, 0.005, footer, fontsize=8, va="bottom", family="monospace", color="crimson")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,8 @@ def _legend(fig, axes, palette) -> None:
     handles = [plt.Line2D([], [], color=c, marker="o", label=f"context {ctx}") for ctx, c in palette.items()]
     for marker, color, label in STATUS_MARKS.values():
         handles.append(plt.Line2D([], [], ls="", marker=marker, color=color, label=label))
-    axes[0, -1].legend(handles=handles, fontsize=8, loc="lower right")
+    fig.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(handles),
+               frameon=False)
 
 
 def _footer(frame: pd.DataFrame) -> str:

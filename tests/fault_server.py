@@ -80,6 +80,8 @@ def make_handler(state: State):
                 n_ctx = 8 if state.fault == "small-context" else 100_000
                 return self._json(200, {"build_info": "fault-server", "total_slots": 1,
                                         "default_generation_settings": {"n_ctx": n_ctx}})
+            if self.path == "/v1/models":
+                return self._json(200, {"object": "list", "data": [{"id": "fault-server", "object": "model"}]})
             if self.path == "/metrics":
                 text = f"llamacpp:tokens_predicted_total {state.tokens_total}\n"
                 body = text.encode()
@@ -99,6 +101,8 @@ def make_handler(state: State):
                     state.requests += 1
                     number = state.requests
                 return self._complete(body, number)
+            if self.path == "/v1/completions":  # OpenAI style, for peer clients in benchmarks/
+                return self._openai_complete(body)
             return self._json(404, {"error": "not found"})
 
         def _complete(self, body: dict, number: int) -> None:
@@ -129,6 +133,25 @@ def make_handler(state: State):
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
                 os.kill(os.getpid(), signal.SIGKILL)
+
+        def _openai_complete(self, body: dict) -> None:
+            n_predict = int(body.get("max_tokens") or 16)
+            n_prompt = len(str(body.get("prompt", "")).split())
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for _ in range(n_predict):
+                self._event({"id": "x", "object": "text_completion", "model": "fault-server",
+                             "choices": [{"index": 0, "text": " w", "finish_reason": None}]})
+                time.sleep(state.delay)
+            state.tokens_total += n_predict
+            self._event({"id": "x", "object": "text_completion", "model": "fault-server",
+                         "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_predict,
+                                   "total_tokens": n_prompt + n_predict}})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
         def _mid_stream_fault(self) -> None:
             if state.fault == "die-at-request":

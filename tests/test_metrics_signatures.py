@@ -46,3 +46,13 @@ def test_unknown_log_has_no_signature():
 def test_exit_descriptions():
     assert signatures.describe_exit(-9) == "killed by SIGKILL"
     assert signatures.describe_exit(1) == "exited with code 1"
+
+
+def test_every_failure_class_has_its_own_exit_code():
+    from specsweep import errors
+
+    classes = [errors.SpecsweepError, *errors.SpecsweepError.__subclasses__()]
+    codes = {c.exit_code for c in classes if c is not errors.SpecsweepError}
+    names = {c.failure_class for c in classes}
+    assert len(codes) == len(classes) - 1 and len(names) == len(classes)
+    assert 0 not in codes and errors.Interrupted(2).exit_code == 130 and errors.Interrupted(15).exit_code == 143

@@ -45,10 +45,6 @@ class RequestRecord:
     repeat: int = 0
 
     @property
-    def chunks(self) -> int:
-        return len(self.chunk_t)
-
-    @property
     def schedule_lag_s(self) -> float:
         """How late the client sent the request against its schedule (client-side queueing)."""
         return self.t_send - self.t_scheduled

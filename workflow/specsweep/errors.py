@@ -129,20 +129,3 @@ class Interrupted(SpecsweepError):
         super().__init__(f"interrupted by {signal.Signals(signum).name}", section=section)
         self.signum = signum
         self.exit_code = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
-
-
-ALL_ERRORS = (
-    SpecsweepError,
-    ConfigError,
-    ProvisionError,
-    ServerStartError,
-    ServerNotReady,
-    ServerDied,
-    ServerHung,
-    InvalidResponse,
-    ClientOverload,
-    PortConflict,
-    ResultWriteError,
-    InternalError,
-    Interrupted,
-)

@@ -165,9 +165,6 @@ class ServerProcess:
         psutil.wait_procs(left, timeout=TERM_GRACE_S)
         self._wait_exit(TERM_GRACE_S)
 
-    def tree_pids(self) -> set[int]:
-        return set(self._tree)
-
 
 def _listeners(port: int) -> set[int]:
     try:

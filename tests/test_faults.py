@@ -65,8 +65,8 @@ def server_pid(stderr: str) -> int | None:
 
 def assert_clean_failure(tmp_path: Path, rc: int, err: str, *, code: int, cls: str, section=None, words=()):
     assert rc == code, err
-    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
-    assert not list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not list(runs.iterdir())  # no result, no temp file
     record = results.latest_failure(tmp_path / "failures", NAME)
     assert record is not None, err
     assert record["class"] == cls and record["exit_code"] == code
@@ -163,7 +163,8 @@ def test_interrupt_mid_section_tears_the_server_down(tmp_path, model, sig, code)
     with open(log, "w") as err_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--server-log",
-             str(tmp_path / "server.log"), "--failures-dir", str(tmp_path / "failures")],
+             str(tmp_path / "server.log"), "--failures-dir", str(tmp_path / "failures"),
+             "--out", str(tmp_path / "runs" / f"{NAME}.json")],
             cwd=tmp_path, stderr=err_file, start_new_session=True)
         deadline = time.monotonic() + 60
         while "section short: start" not in log.read_text() and time.monotonic() < deadline:
@@ -192,3 +193,18 @@ def test_a_retry_of_a_transient_failure_runs_again(tmp_path, model):
     assert rc == 12 and "not retried" not in err
     records = sorted((tmp_path / "failures" / NAME).glob("*.json"))
     assert [json.loads(p.read_text())["attempt"] for p in records] == [1, 2]
+
+
+def test_a_bug_still_leaves_a_record_and_a_nonzero_exit(tmp_path, model, monkeypatch, capsys):
+    from specsweep import cli, runner
+
+    def broken(*args, **kwargs):
+        raise KeyError("some_field")
+
+    monkeypatch.setattr(runner, "run_configuration", broken)
+    spec = expand_grid(fault_study(model))[0]
+    rc = cli.main(["run", "--spec", spec.to_json(), "--failures-dir", str(tmp_path / "failures"),
+                   "--out", str(tmp_path / "runs" / f"{NAME}.json")])
+    assert rc == 1
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record["class"] == "internal" and "KeyError" in record["reason"]

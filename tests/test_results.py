@@ -65,11 +65,30 @@ def test_failed_write_leaves_no_file(tmp_path, spec):
     assert blocker.read_text() == "a file where a directory should be"
 
 
-def test_unserialisable_document_leaves_no_partial_file(tmp_path):
+def test_a_failed_rename_keeps_the_old_result_and_leaves_no_temp_file(tmp_path, spec, monkeypatch):
     path = tmp_path / "r.json"
-    with pytest.raises(TypeError):
-        results.write_json_atomic(path, {"bad": object()})
-    assert list(tmp_path.iterdir()) == []
+    results.write_json_atomic(path, result_doc(spec, tok_s=100))
+    before = path.read_bytes()
+
+    def disk_full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results.os, "replace", disk_full)
+    with pytest.raises(ResultWriteError, match="No space left"):
+        results.write_json_atomic(path, result_doc(spec, tok_s=50))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_archive_links_each_distinct_result_once(tmp_path, spec):
+    runs, history = tmp_path / "runs", tmp_path / "history"
+    results.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=100))
+    assert results.archive_runs(runs, history) == 1
+    assert results.archive_runs(runs, history) == 0  # same bytes: nothing new
+    results.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=50))
+    assert results.archive_runs(runs, history) == 1
+    kept = sorted((history / "a").iterdir())
+    assert len(kept) == 2 and {json.loads(p.read_text())["name"] for p in kept} == {spec.name}
 
 
 def test_failure_records_accumulate_and_latest_wins(tmp_path, spec):

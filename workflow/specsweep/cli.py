@@ -106,14 +106,11 @@ def cmd_run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = results.utc_now()
     try:
-        try:
-            run_configuration(spec, out=out, server_log=server_log, port=args.port)
-            return 0
-        except SpecsweepError:
-            raise
-        except Exception as exc:  # a bug must still leave a record and a nonzero exit
-            raise InternalError(f"internal error: {type(exc).__name__}: {exc}") from exc
-    except SpecsweepError as exc:
+        run_configuration(spec, out=out, server_log=server_log, port=args.port)
+        return 0
+    except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
+        exc = caught if isinstance(caught, SpecsweepError) else InternalError(
+            f"internal error: {type(caught).__name__}: {caught}")
         record = results.failure_record(
             name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
             attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),

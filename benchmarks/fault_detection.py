@@ -2,7 +2,10 @@
 
   kill-mid-section      the real llama-server SIGKILLed 0.3 s into section "medium"
   stop-mid-section      the real llama-server SIGSTOPped (a hang) 0.3 s into "medium";
-                        reported as time past the stall timeout
+                        reported as time past the stall timeout. The stall clock runs from the
+                        last byte received, so a stop during a prefill (no bytes flowing) can be
+                        caught slightly sooner than the stall timeout after the stop: a negative
+                        figure is that, not an error.
   kill-between-sections tests/fault_server.py SIGKILLs itself right after the last request of
                         "short" (a real server cannot be killed on cue between two sections)
 

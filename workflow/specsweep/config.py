@@ -67,6 +67,16 @@ class RunSpec:
     def slots(self) -> int:
         return max(s.concurrency for s in self.sections)
 
+    def check_fits(self) -> None:
+        """Prompt + longest output must fit the model's context; the message names the fix."""
+        need = self.context + self.max_output_tokens
+        if need > self.context_limit:
+            raise ConfigError(
+                f"context {self.context} + longest output {self.max_output_tokens} = {need} tokens exceeds "
+                f"model.context_limit {self.context_limit}; lower grid.context or the sections' "
+                f"output_tokens, or raise model.context_limit if the model allows it"
+            )
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
@@ -123,16 +133,8 @@ def check_study(config: dict) -> None:
     names = [s["name"] for s in config["workload"]["sections"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
-    limit = config["model"]["context_limit"]
-    outputs = [s["output_tokens"] for s in config["workload"]["sections"]]
-    longest = max(outputs + [config["workload"]["warmup_output_tokens"]])
-    for context in config["grid"]["context"]:
-        if context + longest > limit:
-            raise ConfigError(
-                f"grid.context {context} + longest output {longest} = {context + longest} tokens "
-                f"exceeds model.context_limit {limit}; lower the context or the section's "
-                f"output_tokens, or raise model.context_limit if the model allows it"
-            )
+    for spec in expand_grid(config):
+        spec.check_fits()
     if not any("{budget}" in a for a in config["server"]["speculative_args"]):
         if any(b > 0 for b in config["grid"]["budget"]):
             raise ConfigError(

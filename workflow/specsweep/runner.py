@@ -26,12 +26,7 @@ def say(spec: RunSpec, message: str) -> None:
 
 def preflight(spec: RunSpec) -> None:
     """Everything that can be refused before a server starts."""
-    need = spec.context + spec.max_output_tokens
-    if need > spec.context_limit:
-        raise ConfigError(
-            f"context {spec.context} + max output {spec.max_output_tokens} = {need} tokens exceeds "
-            f"the model's context limit {spec.context_limit}"
-        )
+    spec.check_fits()  # again here: a spec can also come by hand, as JSON
     if spec.backend != "llama-server":
         raise ConfigError(f"backend {spec.backend!r} is not supported yet; use llama-server")
     if spec.binary == "embedded" or spec.model_path == "embedded":

@@ -53,19 +53,12 @@ def get_attempt(wildcards, attempt):
     return attempt
 
 
-def get_measured_runs():
-    """The grid minus excluded configurations (exclusions appear in the summary, not here)."""
+def get_run_results(wildcards):
+    """Results of the grid minus excluded configurations (those appear in the summary only)."""
     return [
-        spec
+        f"results/runs/{spec.name}.json"
         for spec in study.expand_grid(config)
         if aggregate.exclusion_reason(config, spec) is None
-    ]
-
-
-def get_run_results(wildcards):
-    return [
-        f"results/runs/tp{s.tp}-b{s.budget}-ctx{s.context}.json"
-        for s in get_measured_runs()
     ]
 
 

@@ -31,13 +31,25 @@ def classify(text: str) -> tuple[str | None, list[str]]:
     return None, []
 
 
-def log_tail(path: Path | str, lines: int = 40, max_bytes: int = 256_000) -> str:
-    """The last lines of a log file; empty if it cannot be read."""
+def log_size(path: Path | str) -> int:
+    """Bytes in a log now: where the next launch's lines will start."""
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def log_tail(path: Path | str, lines: int = 40, max_bytes: int = 256_000, *, start: int = 0) -> str:
+    """The last lines of a log file from byte ``start`` on; empty if it cannot be read.
+
+    The server log is appended to across attempts: ``start`` (the size before this launch)
+    keeps an earlier attempt's error from naming this one's failure.
+    """
     try:
         with open(path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
+            fh.seek(max(start, size - max_bytes))
             data = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""

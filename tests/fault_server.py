@@ -21,6 +21,7 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   badjson-at-request:N   send a malformed JSON event in request N
   small-context          report a slot context of 8 tokens
   escaping-child         start a child in its own session that would outlive the server
+``--echo-args`` prints the whole argv at startup (secrets included), as vLLM logs its arguments.
 ``--fault-log FILE`` gets one line "<fault> <time.time()>" the moment a fault fires.
 """
 
@@ -185,7 +186,10 @@ def main() -> None:
     parser.add_argument("--fault", default="none")
     parser.add_argument("--fault-log")
     parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY_S)
+    parser.add_argument("--echo-args", action="store_true", help="print the argv, as vLLM prints its args")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
+    if args.echo_args:
+        print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
     state = State(args.fault, args.fault_log, args.token_delay)
     if state.fault == "exit-at-startup":
         print("error: the argument has been removed: --draft-max", file=sys.stderr, flush=True)
@@ -200,7 +204,8 @@ def main() -> None:
     ThreadingHTTPServer.request_queue_size = 512  # the default backlog of 5 resets concurrent connects
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
-    print(f"fault-server: listening on {args.host}:{args.port} ({args.fault})", file=sys.stderr, flush=True)
+    print(f"fault-server: listening on {args.host}:{args.port} ({args.fault}) "
+          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", file=sys.stderr, flush=True)
     server.serve_forever()
 
 

@@ -8,6 +8,9 @@ from specsweep import aggregate
 from specsweep import config as study
 from specsweep.errors import ConfigError
 
+# A multi-tp grid needs {tp} in the command (else tp1 and tp2 would be the same server).
+TP_SERVER = {"command": ["{binary}", "--port", "{port}", "--tensor-parallel-size", "{tp}"]}
+
 
 def test_empty_study_gets_every_default():
     cfg = study.validate_study({})
@@ -28,7 +31,7 @@ def test_default_config_file_is_valid_and_expands_to_the_full_grid(default_confi
 
 
 def test_grid_names_are_readable_and_ordered():
-    cfg = study.validate_study({"grid": {"budget": [0, 8], "tp": [1, 2], "context": [256]}})
+    cfg = study.validate_study({"grid": {"budget": [0, 8], "tp": [1, 2], "context": [256]}, "server": TP_SERVER})
     assert [s.name for s in study.expand_grid(cfg)] == [
         "tp1-b0-ctx256", "tp1-b8-ctx256", "tp2-b0-ctx256", "tp2-b8-ctx256",
     ]
@@ -90,6 +93,7 @@ def test_spec_from_incomplete_json_is_a_config_error():
 
 def test_exclusion_rules_match_every_named_axis():
     cfg = study.validate_study({
+        "server": TP_SERVER,
         "grid": {"budget": [0, 8, 12], "tp": [1, 2], "context": [128]},
         "exclude": [{"budget": [8, 12], "tp": 2, "reason": "CUDA illegal instruction on SM120"}],
     })

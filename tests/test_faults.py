@@ -16,47 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import NAME, fault_study, run_cli, start_cli
 from specsweep import results
-from specsweep.config import expand_grid, validate_study
-
-FAULT_SERVER = str(Path(__file__).with_name("fault_server.py"))
-NAME = "tp1-b0-ctx16"
-
-
-def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002, **server) -> dict:
-    """Warmup is request 1; short = requests 2-3, medium = 4-5, long = 6."""
-    return validate_study({
-        "model": {"path": str(model)},
-        "server": {
-            "binary": sys.executable,
-            "command": ["{binary}", FAULT_SERVER, "--port", "{port}", "--fault", fault,
-                        "--token-delay", str(token_delay)],
-            "speculative_args": ["--budget", "{budget}"],
-            "startup_timeout_s": 10, "stall_timeout_s": 1.5, **server,
-        },
-        "grid": {"budget": [0], "tp": [1], "context": [16]},
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
-            {"name": "short", "output_tokens": 8, "requests": 2},
-            {"name": "medium", "output_tokens": 8, "requests": 2},
-            {"name": "long", "output_tokens": 8, "requests": 1},
-        ]},
-    })
-
-
-def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:
-    spec = expand_grid(study)[0]
-    cmd = [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
-           "--out", str(tmp_path / "runs" / f"{NAME}.json"), "--server-log", str(tmp_path / "server.log"),
-           "--failures-dir", str(tmp_path / "failures"), *extra]
-    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def run_cli(tmp_path: Path, study: dict, *extra: str) -> tuple[int, str]:
-    proc = start_cli(tmp_path, study, *extra)
-    _, err = proc.communicate(timeout=120)
-    return proc.returncode, err
-
+from specsweep.config import expand_grid
 
 def server_pid(stderr: str) -> int | None:
     found = re.search(r"server pid (\d+)", stderr)

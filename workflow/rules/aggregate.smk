@@ -9,10 +9,11 @@ rule summary_table:
         study=get_study_json,
         runs="results/runs",
         failures="results/failures",
+        invalid="results/invalid",
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
-        "--csv {output} 2> {log}"
+        "--quarantine {params.invalid} --csv {output} 2> {log}"
 
 
 rule summary_plot:

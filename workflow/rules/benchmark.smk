@@ -17,4 +17,5 @@ rule run_configuration:
         "{PYTHON} -m specsweep run --spec {params.spec:q} "
         "--server-manifest {input.server} --model-manifest {input.model} "
         "--out {output} --server-log {params.server_log} "
-        "--failures-dir {params.failures} --attempt {resources.attempt} 2> {log}"
+        "--failures-dir {params.failures} --attempt {resources.attempt} "
+        "--guard {GUARD:q} 2> {log}"

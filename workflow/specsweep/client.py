@@ -17,6 +17,11 @@ from .errors import InvalidResponse, ServerHung
 CONNECT_TIMEOUT_S = 5.0
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The bearer token every server's --api-key expects; no header without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class ConnectionLost(Exception):
     """The connection broke mid-request; the caller decides whether the server died."""
 
@@ -105,6 +110,7 @@ def stream_completion(
     index: int,
     t0: float,
     t_scheduled: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> RequestRecord:
     """Send one greedy, ignore_eos streaming request and validate every event of the answer."""
     body = {
@@ -120,7 +126,8 @@ def stream_completion(
     try:
         # The read timeout bounds the gap between two bytes: a stalled server trips it.
         with requests.post(
-            f"{base_url}/completion", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, stall_timeout_s)
+            f"{base_url}/completion", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, stall_timeout_s),
+            headers=headers,
         ) as resp:
             if resp.status_code != 200:
                 raise InvalidResponse(f"HTTP {resp.status_code} from /completion: {resp.text[:300]}")
@@ -207,9 +214,10 @@ def _validate_final(final: dict, *, n_predict: int, prompt_len: int) -> None:
         raise InvalidResponse(f"server evaluated {evaluated} prompt tokens, {prompt_len} were sent")
 
 
-def tokenize(base_url: str, text: str, timeout: float = 30.0) -> list[int]:
+def tokenize(base_url: str, text: str, timeout: float = 30.0, headers: dict[str, str] | None = None) -> list[int]:
     """Token ids of a text, as the server counts them."""
-    resp = requests.post(f"{base_url}/tokenize", json={"content": text, "add_special": False}, timeout=timeout)
+    resp = requests.post(f"{base_url}/tokenize", json={"content": text, "add_special": False}, timeout=timeout,
+                         headers=headers)
     if resp.status_code != 200:
         raise InvalidResponse(f"HTTP {resp.status_code} from /tokenize: {resp.text[:200]}")
     tokens = resp.json().get("tokens")
@@ -218,19 +226,19 @@ def tokenize(base_url: str, text: str, timeout: float = 30.0) -> list[int]:
     return tokens
 
 
-def server_info(base_url: str, timeout: float = 5.0) -> dict:
+def server_info(base_url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> dict:
     """What the running server says about itself (build, slot context); empty if unknown."""
     try:
-        resp = requests.get(f"{base_url}/props", timeout=timeout)
+        resp = requests.get(f"{base_url}/props", timeout=timeout, headers=headers)
         return resp.json() if resp.status_code == 200 else {}
     except (requests.RequestException, ValueError):
         return {}
 
 
-def metrics(base_url: str, timeout: float = 5.0) -> dict[str, float]:
+def metrics(base_url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> dict[str, float]:
     """Prometheus counters from /metrics as {name: value}; empty if the route is off."""
     try:
-        resp = requests.get(f"{base_url}/metrics", timeout=timeout)
+        resp = requests.get(f"{base_url}/metrics", timeout=timeout, headers=headers)
     except requests.RequestException:
         return {}
     if resp.status_code != 200:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from . import command
 from .errors import ConfigError
 
 EMBEDDED = "embedded"
@@ -54,6 +55,8 @@ class RunSpec:
     prompts_file: str | None = None
     repeats: int = 1
     sections: tuple[Section, ...] = field(default_factory=tuple)
+    api_key_env: str | None = None  # environment variable holding the server's API key
+    allow_remote_bind: bool = False
 
     @property
     def name(self) -> str:
@@ -77,8 +80,19 @@ class RunSpec:
                 f"output_tokens, or raise model.context_limit if the model allows it"
             )
 
+    def check_command(self) -> None:
+        """Template mistakes that would otherwise surface only after a launch."""
+        check_command(list(self.command), list(self.speculative_args), api_key_env=self.api_key_env,
+                      allow_remote_bind=self.allow_remote_bind)
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        doc = asdict(self)
+        # Fields added after the first release are left out at their defaults, so that
+        # upgrading specsweep never changes a finished configuration's params (and reruns it).
+        for name, default in _LATER_FIELDS.items():
+            if doc[name] == default:
+                del doc[name]
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict) -> RunSpec:
@@ -98,6 +112,9 @@ class RunSpec:
             binary=binary if self.binary == EMBEDDED and binary else self.binary,
             model_path=model_path if self.model_path == EMBEDDED and model_path else self.model_path,
         )
+
+
+_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False}
 
 
 def run_name(tp: int, budget: int, context: int) -> str:
@@ -125,6 +142,11 @@ def load_study(path: str | Path) -> dict:
         raise ConfigError(f"cannot read study config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"study config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"study config {path} must be a mapping of keys (study:, grid:, server:, ...), not a "
+            f"{type(config).__name__}; see config/config.yaml for the shape"
+        )
     return validate_study(config)
 
 
@@ -133,14 +155,65 @@ def check_study(config: dict) -> None:
     names = [s["name"] for s in config["workload"]["sections"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
-    for spec in expand_grid(config):
+    specs = expand_grid(config)
+    for spec in specs:
         spec.check_fits()
-    if not any("{budget}" in a for a in config["server"]["speculative_args"]):
-        if any(b > 0 for b in config["grid"]["budget"]):
-            raise ConfigError(
-                "server.speculative_args has no {budget} placeholder, so every budget above 0 "
-                "would launch the same server; add the draft-length flag with {budget}"
-            )
+    server = config["server"]
+    check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
+                  allow_remote_bind=server["allow_remote_bind"])
+    if not command.uses(server["speculative_args"], "budget") and any(b > 0 for b in config["grid"]["budget"]):
+        raise ConfigError(
+            "server.speculative_args has no {budget} placeholder, so every budget above 0 "
+            "would launch the same server; add the draft-length flag with {budget}"
+        )
+    if len(config["grid"]["tp"]) > 1 and not command.uses(server["command"] + server["speculative_args"], "tp"):
+        raise ConfigError(
+            f"grid.tp has {len(config['grid']['tp'])} values but server.command has no {{tp}} placeholder, "
+            "so every tp would launch the same server; pass it to the server's tensor-parallel flag, "
+            "e.g. --tp {tp}"
+        )
+    if config["workload"]["prompts_file"]:
+        check_prompts_file(config["workload"]["prompts_file"], specs)
+
+
+def check_command(template: list[str], speculative_args: list[str], *, api_key_env: str | None,
+                  allow_remote_bind: bool) -> None:
+    """Placeholders, {port}, secrets and the bind address of a launch template."""
+    for key, args in (("server.command", template), ("server.speculative_args", speculative_args)):
+        command.check_template(key, args)
+        command.check_no_literal_secret(key, args)
+        command.check_bind(key, args, allowed=allow_remote_bind)
+    if not command.uses(template, "port"):
+        raise ConfigError(
+            "server.command has no {port} placeholder: specsweep picks a free port per run and "
+            "would wait for a server that listens elsewhere; add the port flag, e.g. --port {port}"
+        )
+    if command.uses(template + speculative_args, "api_key") and not api_key_env:
+        raise ConfigError(
+            "server.command uses {api_key} but server.api_key_env is not set; name the environment "
+            "variable that holds the key, e.g. api_key_env: SERVER_API_KEY"
+        )
+
+
+def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
+    """The prompts file exists, parses, and no prompt that will be used is surely too short.
+
+    The exact token count needs the server's tokenizer (checked again at run time); here a
+    prompt with fewer UTF-8 bytes than the context, plus one, cannot reach it with any tokenizer
+    whose tokens each cover at least one byte.
+    """
+    from .workload import read_prompts_file  # workload imports the client: keep config light
+
+    texts = read_prompts_file(path)
+    for spec in specs:
+        used = min(len(texts), max(s.requests for s in spec.sections) + spec.warmup_requests)
+        for number, text in enumerate(texts[:used], 1):
+            if len(text.encode()) + 1 < spec.context:
+                raise ConfigError(
+                    f"workload.prompts_file {path}: prompt {number} has {len(text.encode())} bytes, fewer "
+                    f"than the {spec.context} tokens grid.context asks for; use longer prompts or a "
+                    f"smaller grid.context"
+                )
 
 
 def expand_grid(config: dict) -> list[RunSpec]:
@@ -178,6 +251,8 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         prompts_file=workload["prompts_file"],
         repeats=workload["repeats"],
         sections=tuple(Section(**s) for s in workload["sections"]),
+        api_key_env=server["api_key_env"],
+        allow_remote_bind=server["allow_remote_bind"],
     )
 
 

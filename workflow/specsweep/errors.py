@@ -94,6 +94,23 @@ class ClientOverload(SpecsweepError):
     transient = True
 
 
+class NoisyHost(SpecsweepError):
+    """Something else used the machine (or the job's GPUs) during a section: not a result."""
+
+    failure_class = "noisy-host"
+    exit_code = 18
+    transient = True
+
+
+class ResultRefused(SpecsweepError):
+    """Aggregation found result files it cannot use (corrupt, another schema version): they were
+    moved aside so that the next run measures those configurations again."""
+
+    failure_class = "invalid-result"
+    exit_code = 19
+    transient = True
+
+
 class PortConflict(SpecsweepError):
     """Another process already serves the port: benchmarking it would measure a stranger."""
 

@@ -34,14 +34,19 @@ def write_json_atomic(path: Path, doc: dict) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write text atomically (see write_bytes_atomic)."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write to a temp file in the same directory, fsync, then rename: never a partial file."""
     path = Path(path)
     tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)

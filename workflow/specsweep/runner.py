@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -10,23 +11,51 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import __version__, client, metrics, probes, workload
+from . import __version__, client, command, devices, hostload, metrics, probes, workload
 from .config import RunSpec, Section
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
+from .hostload import Guard
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
 
 CTX_HEADROOM = 16
 
 
-def say(spec: RunSpec, message: str) -> None:
-    """Progress on stderr, one line each, prefixed with the configuration's name."""
+def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
+    """Progress on stderr (the job's log), one line each, prefixed with the configuration's name.
+
+    ``terminal``: also on stdout, which Snakemake shows on the terminal (waiting for devices).
+    """
     print(f"[{spec.name}] {message}", file=sys.stderr, flush=True)
+    if terminal:
+        print(f"[{spec.name}] {message}", flush=True)
+
+
+def api_key(spec: RunSpec) -> str | None:
+    """The server's API key from the environment variable the study names; never written."""
+    if not spec.api_key_env:
+        return None
+    value = os.environ.get(spec.api_key_env)
+    if not value:
+        raise ConfigError(f"server.api_key_env names {spec.api_key_env}, which is not set in this "
+                          f"environment; export it before running the study")
+    return value
+
+
+def secrets(spec: RunSpec) -> tuple[str, ...]:
+    """Values to hide wherever a command, log line or record is written."""
+    try:
+        key = api_key(spec)
+    except ConfigError:
+        return ()
+    return (key,) if key else ()
 
 
 def preflight(spec: RunSpec) -> None:
     """Everything that can be refused before a server starts."""
     spec.check_fits()  # again here: a spec can also come by hand, as JSON
+    spec.check_command()
+    api_key(spec)
     if spec.backend != "llama-server":
         raise ConfigError(f"backend {spec.backend!r} is not supported yet; use llama-server")
     if spec.binary == "embedded" or spec.model_path == "embedded":
@@ -37,20 +66,17 @@ def preflight(spec: RunSpec) -> None:
         workload.read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
 
 
-def server_argv(spec: RunSpec, port: int) -> list[str]:
+def server_argv(spec: RunSpec, port: int, key: str | None = None) -> list[str]:
     """The launch command: the template with placeholders filled, plus speculation flags."""
     values = {
+        "api_key": key or "",
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
         # llama-server splits its context evenly across slots: every slot must hold one request
         # plus the drafts in flight and the token it stops on (it stops when one is left).
         "ctx_size": spec.slots * (spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM),
         "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
     }
-    template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
-    try:
-        return [arg.format(**values) for arg in template]
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigError(f"server command template has an unknown placeholder: {exc}") from exc
+    return command.render(list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else []), values)
 
 
 def server_version(binary: str) -> str:
@@ -74,27 +100,34 @@ def check_server_context(spec: RunSpec, info: dict) -> None:
         raise ConfigError(f"the server reports a slot context of {n_ctx} tokens, a request needs {need}")
 
 
-def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, port: int | None = None) -> dict:
+def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guard, port: int | None = None) -> dict:
     """Measure one configuration and write its result; raise a typed error on any failure."""
     preflight(spec)
+    key = api_key(spec)
     t_job = time.monotonic()
     started_at = utc_now()
-    port = port or probes.free_port()
-    argv = server_argv(spec, port)
     version = server_version(spec.binary)
-    say(spec, f"launching: {' '.join(argv)}")
-    t_launch = time.monotonic()
-    with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s) as server:
-        say(spec, f"server pid {server.pid}, log {server_log}")
-        with _phase("startup"):
-            server.wait_ready()
-        startup_s = time.monotonic() - t_launch
-        say(spec, f"ready after {startup_s:.1f} s")
-        info = client.server_info(server.base_url)
-        check_server_context(spec, info)
-        measured = _measure(spec, server)
-    doc = _result_doc(spec, argv=argv, version=version, info=info, measured=measured,
-                      started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job)
+    # Held from launch to teardown: no other measurement shares these devices meanwhile.
+    with devices.acquire(spec.tp, holder=spec.name, announce=lambda m: say(spec, m, terminal=True)) as lease:
+        port = port or probes.free_port()
+        argv = server_argv(spec, port, key)
+        shown = command.redact(argv, (key,) if key else ())
+        say(spec, f"launching on {','.join(lease.devices)}: {' '.join(shown)}")
+        t_launch = time.monotonic()
+        with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s,
+                           env=lease.env(), api_key=key) as server:
+            say(spec, f"server pid {server.pid}, log {server_log}")
+            with _phase("startup"):
+                server.wait_ready()
+            startup_s = time.monotonic() - t_launch
+            say(spec, f"ready after {startup_s:.1f} s")
+            info = client.server_info(server.base_url, headers=server.headers)
+            check_server_context(spec, info)
+            measured = _measure(spec, server, guard, lease.gpus)
+        isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3),
+                     "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
+    doc = _result_doc(spec, argv=shown, version=version, info=info, measured=measured, started_at=started_at,
+                      startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation)
     validate_result(doc)  # the same check aggregation applies: never write what it would refuse
     write_json_atomic(out, doc)
     say(spec, f"result written to {out}")
@@ -111,11 +144,12 @@ def _phase(name: str):
         raise
 
 
-def _measure(spec: RunSpec, server: ServerProcess) -> dict:
+def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...]) -> dict:
     most = max(s.requests for s in spec.sections)
     with _phase("prompts"):
         prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
-                                        length=spec.context, prompts_file=spec.prompts_file)
+                                        length=spec.context, prompts_file=spec.prompts_file,
+                                        headers=server.headers)
     say(spec, f"warmup: {spec.warmup_requests} request(s)")
     t = time.monotonic()
     with _phase("warmup"):
@@ -131,25 +165,36 @@ def _measure(spec: RunSpec, server: ServerProcess) -> dict:
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
-            sections.append(_run_one_section(spec, server, section, prompts))
+            watch = hostload.SectionWatch(guard, lambda: server.tree_pids() | devices.other_measurements(), gpus)
+            sections.append(_run_one_section(spec, server, section, prompts, watch))
     return {"warmup": warm_doc, "prompts": prompts_doc, "sections": sections}
 
 
-def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts) -> dict:
-    before = client.metrics(server.base_url)
+def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts,
+                     watch: hostload.SectionWatch) -> dict:
+    before = client.metrics(server.base_url, headers=server.headers)
+    started_at, t0 = utc_now(), time.monotonic()
+    watch.start()
     runs = []
     for repeat in range(spec.repeats):
         records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
                                              send_times=workload.schedule(section, spec.seed))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))
         server.check_alive(f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else ""))
-    after = client.metrics(server.base_url)
+    load = watch.stop(time.monotonic() - t0)
+    finished_at = utc_now()
+    after = client.metrics(server.base_url, headers=server.headers)
     stats = metrics.section_metrics(runs, metrics.counter_delta(before, after))
     _check_counters(section.name, stats)
     _check_schedule(spec, section.name, stats)
+    hostload.check(section.name, load, watch.guard, stats["output_tok_s_repeats"],
+                   closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})" if spec.repeats > 1 else ""))
-    return {"name": section.name, **asdict(section), **stats,
+    say(spec, f"section {section.name}: other processes used {load['cores']:.3f} cores "
+              f"(guard {watch.guard.max_foreign_cores:g})")
+    return {"name": section.name, **asdict(section), **stats, "host_load": load,
+            "started_at": started_at, "finished_at": finished_at,
             "records": [_record_doc(r) for recs, _ in runs for r in recs]}
 
 
@@ -179,7 +224,8 @@ def _record_doc(record: client.RequestRecord) -> dict:
             "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, startup_s, job_s) -> dict:
+def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, startup_s, job_s,
+                isolation: dict | None = None) -> dict:
     sections = measured["sections"]
     return {
         "schema": RESULT_SCHEMA,
@@ -199,6 +245,7 @@ def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, sta
         "finished_at": utc_now(),
         "timing": {"startup_s": startup_s, "job_s": job_s,
                    "sections_s": sum(s["wall_s"] for s in sections)},
+        "isolation": isolation,
         "warmup": measured["warmup"],
         "prompts": measured["prompts"],
         "sections": sections,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from . import probes, signatures
+from . import client, command, probes, signatures
 from .errors import PortConflict, ServerDied, ServerHung, ServerNotReady, ServerStartError
 
 TERM_GRACE_S = 5.0
@@ -21,13 +21,18 @@ WATCH_INTERVAL_S = 0.05
 class ServerProcess:
     """One launched server. Use as a context manager: the whole tree dies on every exit path."""
 
-    def __init__(self, argv: list[str], *, port: int, log_path: Path, startup_timeout_s: float):
+    def __init__(self, argv: list[str], *, port: int, log_path: Path, startup_timeout_s: float,
+                 env: dict[str, str] | None = None, api_key: str | None = None):
         self.argv = argv
+        self.env = env or {}  # added to ours: the devices it may use (CUDA_VISIBLE_DEVICES)
+        self.headers = client.auth_headers(api_key)
+        self.secrets = (api_key,) if api_key else ()
         self.port = port
         self.base_url = f"http://{probes.HOST}:{port}"
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.log_start = 0  # byte offset of this launch's lines in the (appended) log
         self.died = threading.Event()  # set by the watcher the moment the process is gone
         self._tree: dict[int, psutil.Process] = {}
         self._stop_watch = threading.Event()
@@ -46,13 +51,16 @@ class ServerProcess:
         if probes.port_answers(self.port):
             raise PortConflict(f"port {self.port} is already served by another process")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_start = signatures.log_size(self.log_path)
         with open(self.log_path, "ab") as log:
-            log.write(f"# specsweep: {' '.join(self.argv)}\n".encode())
+            shown = " ".join(command.redact(self.argv, self.secrets))
+            log.write(f"# specsweep: {shown}\n".encode())
             log.flush()
             try:
                 self.proc = subprocess.Popen(
                     self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True,  # own process group: one killpg reaches every child
+                    env={**os.environ, **self.env},
                 )
             except OSError as exc:
                 raise ServerStartError(f"cannot launch {self.argv[0]}: {exc.strerror}") from exc
@@ -78,15 +86,15 @@ class ServerProcess:
                     raise PortConflict(err.reason, evidence=err.evidence, signature=err.signature,
                                        exit_text=err.exit_text)
                 raise err
-            ok, _ = probes.health(self.base_url, timeout=1.0)
+            ok, _ = probes.health(self.base_url, timeout=1.0, headers=self.headers)
             if ok:
                 self._check_owner()
                 return
             time.sleep(0.1)
-        _, detail = probes.health(self.base_url, timeout=1.0)
+        _, detail = probes.health(self.base_url, timeout=1.0, headers=self.headers)
         raise ServerNotReady(
             f"server not ready after {self.startup_timeout_s:g} s ({detail})",
-            evidence=[signatures.log_tail(self.log_path, 5)],
+            evidence=[self.log_tail(5)],
         )
 
     def check_alive(self, where: str, *, http: bool = True) -> None:
@@ -94,7 +102,7 @@ class ServerProcess:
         if not self.alive():
             raise self.death_error(ServerDied, f"server died {where}")
         if http:
-            ok, detail = probes.health(self.base_url)
+            ok, detail = probes.health(self.base_url, headers=self.headers)
             if not ok:
                 # The process may be dying right now: give it a moment to report its exit.
                 time.sleep(0.2)
@@ -106,9 +114,13 @@ class ServerProcess:
         """The typed error for a process found dead, naming the log's known signature."""
         self._wait_exit(1.0)
         exit_text = signatures.describe_exit(self.proc.returncode if self.proc else None)
-        label, lines = signatures.classify(signatures.log_tail(self.log_path, 400))
+        label, lines = signatures.classify(self.log_tail(400))
         cause = lines[0] if lines else exit_text
         return cls(f"{where}: {cause}", evidence=lines, signature=label, exit_text=exit_text)
+
+    def log_tail(self, lines: int) -> str:
+        """The last lines this launch wrote, never an earlier attempt's."""
+        return signatures.log_tail(self.log_path, lines, start=self.log_start)
 
     def _wait_exit(self, timeout: float) -> None:
         if self.proc is None:
@@ -124,6 +136,11 @@ class ServerProcess:
         owners = _listeners(self.port)
         if owners and not owners & (set(self._tree) | {self.pid}):
             raise PortConflict(f"port {self.port} answers, but from pid(s) {sorted(owners)}, not ours")
+
+    def tree_pids(self) -> set[int]:
+        """The server and every descendant seen so far (for the quiet-host guard)."""
+        self._remember_tree()
+        return set(self._tree) | ({self.pid} if self.proc else set())
 
     def _remember_tree(self) -> None:
         """Track descendants while they live: children that leave the group are killed too."""
@@ -164,6 +181,22 @@ class ServerProcess:
             _send(proc, signal.SIGKILL)
         psutil.wait_procs(left, timeout=TERM_GRACE_S)
         self._wait_exit(TERM_GRACE_S)
+        self._redact_log()
+
+    def _redact_log(self) -> None:
+        """Servers echo their arguments (vLLM prints its api_key): scrub this launch's lines."""
+        if not self.secrets:
+            return
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return
+        head, tail = data[: self.log_start], data[self.log_start:].decode("utf-8", errors="replace")
+        clean = command.redact_text(tail, self.secrets)
+        if clean != tail:
+            from .results import write_bytes_atomic
+
+            write_bytes_atomic(self.log_path, head + clean.encode())
 
 
 def _listeners(port: int) -> set[int]:

@@ -47,7 +47,7 @@ def prompt_text(seed: int, index: int, min_words: int) -> str:
 
 
 def make_prompts(base_url: str, *, seed: int, count: int, length: int,
-                 prompts_file: str | None = None) -> list[list[int]]:
+                 prompts_file: str | None = None, headers: dict[str, str] | None = None) -> list[list[int]]:
     """``count`` prompts of exactly ``length`` tokens as the server tokenizes them.
 
     From the bundled corpus in a seeded order, or from the user's JSONL file (one
@@ -55,15 +55,15 @@ def make_prompts(base_url: str, *, seed: int, count: int, length: int,
     """
     if prompts_file:
         texts = read_prompts_file(prompts_file)
-        return [_cut(client.tokenize(base_url, texts[i % len(texts)]), length, f"{prompts_file} line "
+        return [_cut(client.tokenize(base_url, texts[i % len(texts)], headers=headers), length, f"{prompts_file} line "
                      f"{i % len(texts) + 1}") for i in range(count)]
     prompts = []
     for index in range(count):
         words = max(16, length)  # English runs above one token per word: enough text, then cut
-        tokens = client.tokenize(base_url, prompt_text(seed, index, words))
+        tokens = client.tokenize(base_url, prompt_text(seed, index, words), headers=headers)
         while len(tokens) < length:
             words *= 2
-            tokens = client.tokenize(base_url, prompt_text(seed, index, words))
+            tokens = client.tokenize(base_url, prompt_text(seed, index, words), headers=headers)
         prompts.append(tokens[:length])
     return prompts
 
@@ -138,7 +138,7 @@ def run_section(
                 done.put(client.stream_completion(
                     server.base_url, prompt=prompts[index % len(prompts)], n_predict=section.output_tokens,
                     stall_timeout_s=stall_timeout_s, section=section.name, index=index, t0=t0,
-                    t_scheduled=t_scheduled,
+                    t_scheduled=t_scheduled, headers=server.headers,
                 ))
             except BaseException as exc:  # handed to the main thread, which decides
                 done.put(exc)

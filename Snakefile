@@ -12,6 +12,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/provision.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/compare.smk"
 
 
 rule all:

@@ -69,6 +69,17 @@ def get_study_json(wildcards):
     return json.dumps(config, sort_keys=True)
 
 
+def get_compare_baseline(wildcards):
+    """The study to compare against; the target makes no sense without one."""
+    baseline = config["compare"]["baseline"]
+    if not baseline:
+        raise ValueError(
+            "results/compare/ needs compare.baseline: the results folder (or .tar.gz of one) of "
+            'the study to compare against, e.g. --config \'compare={"baseline": "../old/results"}\''
+        )
+    return baseline
+
+
 def get_plot_title(wildcards):
     return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
 

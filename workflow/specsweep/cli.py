@@ -79,6 +79,18 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--title", default="specsweep")
     plot.set_defaults(func=cmd_plot)
 
+    comp = sub.add_parser("compare", help="compare study B with study A, configuration by configuration")
+    comp.add_argument("a", type=Path, help="baseline: a results folder, or a .tar.gz of one")
+    comp.add_argument("b", type=Path, help="the study to judge: a results folder, or a .tar.gz of one")
+    comp.add_argument("--alpha", type=float, default=0.05, help="significance level after correction")
+    comp.add_argument("--threshold", type=float, default=0.05,
+                      help="a significant slowdown larger than this fraction is a regression (exit 20)")
+    comp.add_argument("--csv", type=Path, help="write the comparison table here")
+    comp.add_argument("--plot", type=Path, help="write the ratio figure here")
+    comp.add_argument("--regressions", type=Path, help="write the regressions found here (CSV)")
+    comp.add_argument("--no-fail", action="store_true", help="exit 0 even when regressions are found")
+    comp.set_defaults(func=cmd_compare)
+
     grid = sub.add_parser("grid", help="list the configurations of a study")
     _add_study_args(grid)
     grid.set_defaults(func=cmd_grid)
@@ -231,6 +243,34 @@ def cmd_plot(args) -> int:
 
     plot_summary(pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""}), args.out, title=args.title)
     return 0
+
+
+def cmd_compare(args) -> int:
+    from . import compare
+    from .errors import RegressionFound
+
+    study_a, study_b, tmp = compare.open_both(args.a, args.b)
+    with tmp:
+        frame = compare.compare(study_a, study_b, alpha=args.alpha)
+    print(f"A: {args.a}\nB: {args.b}\n{compare.table(frame)}")
+    bad = compare.regressions(frame, args.threshold)
+    if args.csv:
+        results.write_text_atomic(args.csv, frame.to_csv(index=False))
+    if args.regressions:
+        results.write_text_atomic(args.regressions, bad.to_csv(index=False))
+    if args.plot:
+        from .plot import plot_compare
+
+        plot_compare(frame, args.plot, title=f"B/A: {args.b} over {args.a}")
+    if bad.empty:
+        return 0
+    listing = "\n  ".join(f"{r.name} {r.section}: {r.verdict} {'' if r.ratio != r.ratio else f'{r.ratio:.3f} '}"
+                          f"({r.why})" for r in bad.itertuples())
+    message = f"{len(bad)} regression(s) beyond {args.threshold:.0%}:\n  {listing}"
+    if args.no_fail:
+        print(message, file=sys.stderr)
+        return 0
+    raise RegressionFound(message)
 
 
 def cmd_grid(args) -> int:

@@ -111,6 +111,13 @@ class ResultRefused(SpecsweepError):
     transient = True
 
 
+class RegressionFound(SpecsweepError):
+    """`specsweep compare`: B is significantly slower than A beyond the threshold, or newly fails."""
+
+    failure_class = "regression"
+    exit_code = 20
+
+
 class PortConflict(SpecsweepError):
     """Another process already serves the port: benchmarking it would measure a stranger."""
 

@@ -94,3 +94,55 @@ def _footer(frame: pd.DataFrame) -> str:
     if len(lines) > 12:
         lines = lines[:12] + [f"... and {len(lines) - 12} more (see results/failed.csv)"]
     return "\n".join(lines)
+
+
+COMPARE_MARKS = {"faster": "seagreen", "slower": "crimson", "~": "grey"}
+
+
+def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
+    """B/A per configuration with its interval: one column per section, one row per tp.
+
+    Significant changes are filled (green faster, red slower), "no significant difference" is a
+    hollow grey mark; configurations that are not a number are listed under the figure.
+    """
+    sections = list(dict.fromkeys(frame["section"]))
+    tps = sorted(frame["tp"].unique())
+    contexts = sorted(frame["context"].unique())
+    offsets = dict(zip(contexts, [(i - (len(contexts) - 1) / 2) * 0.12 for i in range(len(contexts))]))
+    markers = dict(zip(contexts, "osD^v<>"))
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(len(tps), len(sections), figsize=(4.6 * len(sections), 3.8 * len(tps) + 1.4),
+                             squeeze=False, sharex=True)
+    numbers = frame[frame["ratio"].notna()]
+    for (row, tp), (col, section) in ((r, c) for r in enumerate(tps) for c in enumerate(sections)):
+        ax = axes[row, col]
+        part = numbers[(numbers["tp"] == tp) & (numbers["section"] == section)]
+        for r in part.itertuples():
+            color = COMPARE_MARKS.get(r.verdict, "grey")
+            x = r.budget + offsets[r.context] * max(1, max(frame["budget"]) / 8)
+            if not pd.isna(r.ci_low):
+                ax.errorbar([x], [r.ratio], yerr=[[max(0, r.ratio - r.ci_low)], [max(0, r.ci_high - r.ratio)]],
+                            color=color, capsize=4, lw=1.2)
+            ax.scatter([x], [r.ratio], marker=markers[r.context], s=70, edgecolors=color, linewidths=1.5,
+                       facecolors=color if r.verdict in ("faster", "slower") else "none", zorder=3)
+        ax.axhline(1.0, color="black", lw=1, ls="--")
+        ax.set_title(f"tp {tp}, {section}: B/A output tok/s", fontsize=10)
+        ax.set_xticks(sorted(frame["budget"].unique()))
+        ax.set_xlabel("draft budget")
+        ax.set_ylabel("B / A (median of repeats)" if col == 0 else "")
+    handles = [plt.Line2D([], [], ls="", marker=markers[c], color="black", label=f"context {c}") for c in contexts]
+    handles += [plt.Line2D([], [], ls="", marker="o", color=COMPARE_MARKS["faster"], label="significantly faster"),
+                plt.Line2D([], [], ls="", marker="o", color=COMPARE_MARKS["slower"], label="significantly slower"),
+                plt.Line2D([], [], ls="", marker="o", markerfacecolor="none", color="grey",
+                           label="no significant difference")]
+    fig.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.94), ncol=len(handles),
+               frameon=False)
+    fig.suptitle(title, fontsize=11, y=0.995)
+    others = frame[frame["ratio"].isna()].drop_duplicates("name")
+    footer = "\n".join(textwrap.shorten(f"{r.name}: {r.verdict}: {r.why}", 150) for r in others.itertuples())
+    fig.tight_layout(rect=(0, 0.02 + 0.022 * (footer.count("\n") + bool(footer)), 1, 0.9))
+    if footer:
+        fig.text(0.01, 0.005, footer, fontsize=8, va="bottom", family="monospace", color="crimson")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

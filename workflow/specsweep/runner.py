@@ -89,6 +89,22 @@ def server_version(binary: str) -> str:
     return "; ".join(lines) or "unknown"
 
 
+HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a minute or more
+
+
+def model_facts(path: str) -> dict:
+    """Which model was measured: size and SHA-256 of a model file (so studies can be compared)."""
+    from .provision import sha256_file
+
+    facts = {"path": path, "bytes": None, "sha256": None}
+    target = Path(path)
+    if target.is_file():
+        facts["bytes"] = target.stat().st_size
+        if facts["bytes"] <= HASH_LIMIT_BYTES:
+            facts["sha256"] = sha256_file(target)
+    return facts
+
+
 def check_server_context(spec: RunSpec, info: dict) -> None:
     """The running server must give each slot room for the longest request.
 
@@ -240,6 +256,7 @@ def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, sta
             "slot_context": (info.get("default_generation_settings") or {}).get("n_ctx"),
             "total_slots": info.get("total_slots"),
         },
+        "model": model_facts(spec.model_path),
         "host": {"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},
         "started_at": started_at,
         "finished_at": utc_now(),

@@ -1,0 +1,21 @@
+rule compare:
+    input:
+        "results/summary.csv",
+    output:
+        csv="results/compare/summary.csv",
+        regressions="results/compare/regressions.csv",
+        png=report(
+            "results/compare/ratio.png",
+            caption="../report/compare.rst",
+            category="Comparison",
+        ),
+    log:
+        "logs/compare/compare.log",
+    params:
+        baseline=get_compare_baseline,
+        alpha=config["compare"]["alpha"],
+        threshold=config["compare"]["threshold"],
+    shell:
+        "{PYTHON} -m specsweep compare {params.baseline:q} results --alpha {params.alpha} "
+        "--threshold {params.threshold} --csv {output.csv} --regressions {output.regressions} "
+        "--plot {output.png} --no-fail > {log} 2>&1"

@@ -1,7 +1,7 @@
 """The quiet-host guard's figures: cores used by the rest of the machine per section, on a quiet
 host and beside a CPU hog, with the real llama-server and the real CLI.
 
-    python benchmarks/quiet_host.py [--runs 3]
+    python benchmarks/quiet_host.py [--runs 3] [--loaded-runs 1]
 
 Prints, per run and section, `host_load.cores` (what the guard compares with
 guard.max_foreign_cores) and the spread of the repeats, then the verdicts. The guard is set out of
@@ -48,7 +48,9 @@ def main() -> None:
     from specsweep import config, hostload, provision
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="runs on the quiet host")
+    parser.add_argument("--loaded-runs", type=int, default=1,
+                        help="runs beside the hog (each takes minutes: the hog slows the server tenfold)")
     args = parser.parse_args()
     pins = config.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
@@ -58,7 +60,7 @@ def main() -> None:
     print(f"{'host':<8}{'run':>4}  {'section':<8}{'cores':>8}{'CPU-s':>8}{'tok/s':>8}{'spread':>8}  top process")
     for loaded in (False, True):
         worst = 0.0
-        for run in range(args.runs):
+        for run in range(args.loaded_runs if loaded else args.runs):
             hog = subprocess.Popen([sys.executable, "-c", HOG]) if loaded else None
             try:
                 with tempfile.TemporaryDirectory() as tmp:

@@ -196,7 +196,9 @@ def _verdict(row: pd.Series, alpha: float) -> tuple[str, str]:
         return SAME, (f"too few samples: {row['n_a']} and {row['n_b']} repeats; the exact test needs "
                       f"{floor} a side to reach p < {alpha:g} (set workload.repeats)")
     if row["q"] >= alpha:
-        return SAME, f"spread too wide: p = {row['p']:.3f}, {row['q']:.3f} corrected"
+        band = "" if pd.isna(row["ci_low"]) else f"; interval [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" + (
+            " holds 1" if row["ci_low"] <= 1 <= row["ci_high"] else "")
+        return SAME, f"not significant: p = {row['p']:.3f}, {row['q']:.3f} corrected{band}"
     return (FASTER if row["ratio"] > 1 else SLOWER), f"p = {row['p']:.4f}, {row['q']:.4f} corrected"
 
 

@@ -21,6 +21,16 @@ rule all:
         "results/summary.png",
 
 
+# Provisioning and aggregation run where Snakemake runs (a cluster's login node): provisioning
+# once for all jobs, not once per compute job; aggregation is cheap and reads shared results.
+localrules:
+    provision_llama_server,
+    provision_model,
+    summary_table,
+    summary_plot,
+    compare,
+
+
 onstart:
     archive_results()
 

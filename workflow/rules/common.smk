@@ -35,6 +35,10 @@ wildcard_constraints:
     context=r"\d+",
 
 
+# The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
+SPECS = {spec.name: spec for spec in study.expand_grid(config)}
+
+
 def get_spec(wildcards):
     """The grid point behind a result path; a path outside the grid is an error."""
     tp, budget, context = (
@@ -43,12 +47,21 @@ def get_spec(wildcards):
         int(wildcards.context),
     )
     name = study.run_name(tp, budget, context)
-    return study.find_spec(config, name)
+    if name not in SPECS:
+        raise ValueError(
+            f"{name} is not in the study's grid; list it with: specsweep grid"
+        )
+    return SPECS[name]
 
 
 def get_run_spec(wildcards):
     """Everything that defines the measurement, as params: changing any of it reruns the job."""
     return get_spec(wildcards).to_json()
+
+
+def get_gpus(wildcards):
+    """GPUs a configuration asks the scheduler for: its tp on a GPU study, none on a CPU one."""
+    return int(wildcards.tp) if config["server"]["gpu"] else 0
 
 
 def get_attempt(wildcards, attempt):
@@ -59,8 +72,8 @@ def get_attempt(wildcards, attempt):
 def get_run_results(wildcards):
     """Results of the grid minus excluded configurations (those appear in the summary only)."""
     return [
-        f"results/runs/{spec.name}.json"
-        for spec in study.expand_grid(config)
+        f"results/runs/{name}.json"
+        for name, spec in SPECS.items()
         if aggregate.exclusion_reason(config, spec) is None
     ]
 

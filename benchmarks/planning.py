@@ -3,8 +3,10 @@ configurations, and `specsweep grid` for comparison.
 
     python benchmarks/planning.py [--sizes 100 1000 10000]
 
-Prints the wall time of each dry run and the ratio to the previous size: a ratio near the size
-ratio (10) is linear, near its square (100) quadratic.
+Prints the wall time of each dry run and the ratio to the previous size (near the size ratio,
+10, is linear; near its square, 100, quadratic), and Snakemake's own floor: the dry run of a
+trivial workflow with as many one-line shell jobs, so that what specsweep adds can be told apart
+from what one job per configuration costs in Snakemake itself.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ def study(size: int) -> dict:
     return {"grid": {"budget": list(range(budgets)), "tp": [1], "context": list(range(64, 64 + size // budgets))}}
 
 
+TRIVIAL = """rule all:
+    input: expand("out/{i}.txt", i=range(SIZE))
+rule one:
+    output: "out/{i}.txt"
+    log: "logs/{i}.log"
+    shell: "echo {wildcards.i} > {output} 2> {log}"
+"""
+
+
 def timed(cmd: list[str], cwd: Path) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
@@ -41,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     args = parser.parse_args()
-    print(f"{'configurations':>14}{'snakemake -n':>14}{'ratio':>8}{'specsweep grid':>16}")
+    print(f"{'configurations':>14}{'snakemake -n':>14}{'ratio':>8}{'specsweep grid':>16}{'trivial floor':>15}")
     previous = None
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -51,8 +62,11 @@ def main() -> None:
                          "-n", "--cores", "1", "results/summary.png", "--quiet", "all", "--configfile",
                          str(tmp / "study.yaml")], tmp)
             grid = timed([sys.executable, "-m", "specsweep", "grid", "--config", str(tmp / "study.yaml")], tmp)
+            (tmp / "Trivial").write_text(TRIVIAL.replace("SIZE", str(size)))
+            floor = timed([sys.executable, "-m", "snakemake", "-s", str(tmp / "Trivial"), "-n", "--cores", "1",
+                           "--quiet", "all"], tmp)
         ratio = f"{dry / previous:.1f}x" if previous else "-"
-        print(f"{size:>14,}{dry:>13.1f}s{ratio:>8}{grid:>15.1f}s", flush=True)
+        print(f"{size:>14,}{dry:>13.1f}s{ratio:>8}{grid:>15.1f}s{floor:>14.1f}s", flush=True)
         previous = dry
 
 

@@ -10,7 +10,8 @@ rule run_configuration:
     threads: config["server"]["threads"]
     resources:
         attempt=get_attempt,
-        gpu=get_gpus,
+        # On a CPU study a constant: one input function less per job in a large grid's plan.
+        gpu=get_gpus if config["server"]["gpu"] else 0,
     params:
         spec=get_run_spec,
         server_log="logs/server/tp{tp}-b{budget}-ctx{context}.log",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
@@ -86,7 +86,11 @@ class RunSpec:
                       allow_remote_bind=self.allow_remote_bind)
 
     def to_json(self) -> str:
-        doc = asdict(self)
+        # Shallow by hand: dataclasses.asdict deep-copies every value and costs a large grid's
+        # dry run seconds (one call per job).
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc["command"], doc["speculative_args"] = list(self.command), list(self.speculative_args)
+        doc["sections"] = [vars(s).copy() for s in self.sections]
         # Fields added after the first release are left out at their defaults, so that
         # upgrading specsweep never changes a finished configuration's params (and reruns it).
         for name, default in _LATER_FIELDS.items():

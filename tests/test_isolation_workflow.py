@@ -30,7 +30,10 @@ def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> d
         "server": {"binary": sys.executable,
                    "command": ["{binary}", FAULT_SERVER, "--port", "{port}", "--tp", "{tp}",
                                "--token-delay", str(token_delay)],
-                   "speculative_args": ["--budget", "{budget}"]},
+                   "speculative_args": ["--budget", "{budget}"],
+                   # One thread a job, so that Snakemake starts several at once and the device
+                   # lock, not Snakemake's core count, is what keeps them apart.
+                   "threads": 1},
         "grid": {"budget": list(budgets), "tp": list(tps), "context": [16]},
         "guard": RELAXED,
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [

@@ -207,7 +207,7 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pro
                    closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})" if spec.repeats > 1 else ""))
-    say(spec, f"section {section.name}: other processes used {load['cores']:.3f} cores "
+    say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores "
               f"(guard {watch.guard.max_foreign_cores:g})")
     return {"name": section.name, **asdict(section), **stats, "host_load": load,
             "started_at": started_at, "finished_at": finished_at,

@@ -127,10 +127,8 @@ def cmd_run(args) -> int:
         say(spec, f"not retried: the last attempt failed deterministically [{previous['class']}] "
                   f"{previous['reason']}; fix it or exclude the configuration")
         return previous["exit_code"]
-    if args.attempt > 1 and (results.latest_failure(args.failures_dir, spec.name) or {}).get("class") == NoisyHost.failure_class:
-        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
-            terminal=True)
-        time.sleep(guard.retry_pause_s)
+    if args.attempt > 1:
+        _settle_after_noisy_host(args.failures_dir, spec, guard)
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = results.utc_now()
@@ -146,12 +144,22 @@ def cmd_run(args) -> int:
             attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
             log_tail=signatures.log_tail(server_log, start=log_start),
         )
-        hidden = secrets(spec)
-        record = json.loads(command.redact_text(json.dumps(record), hidden))
-        path = _write_failure(args.failures_dir, record)
+        hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
+        path = _write_failure(args.failures_dir, json.loads(command.redact_text(json.dumps(record), hidden)))
         say(spec, f"FAILED [{exc.failure_class}] {command.redact_text(exc.reason, hidden)}")
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
+
+
+def _settle_after_noisy_host(failures_dir: Path, spec: config.RunSpec, guard: hostload.Guard) -> None:
+    """A retry after a noisy-host failure gives the host time to quiet down first."""
+    from .runner import say
+
+    latest = results.latest_failure(failures_dir, spec.name) or {}
+    if latest.get("class") == NoisyHost.failure_class:
+        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
+            terminal=True)
+        time.sleep(guard.retry_pause_s)
 
 
 def _guard(args) -> hostload.Guard:

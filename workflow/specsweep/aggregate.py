@@ -137,7 +137,7 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
         source.replace(target)
         error = ResultRefused(f"result refused by aggregation ({row.reason}); moved to {target}")
         write_failure(failures_dir, failure_record(
-            name=row.name, spec=json.loads(specs[row.name].to_json()), error=error, started_at=stamp,
+            name=row.name, spec=json.loads(specs[row.name].to_json()), error=error, started_at=utc_now(),
             attempt=next_attempt(failures_dir, row.name), server_log=None, log_tail=""))
         lines.append(f"{source}: {row.reason} (moved to {target})")
     raise ResultRefused(

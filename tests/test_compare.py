@@ -7,7 +7,6 @@ import tarfile
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from factories import result_doc
 from specsweep import aggregate, cli, compare

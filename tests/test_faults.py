@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import NAME, fault_study, run_cli, start_cli
+from conftest import NAME, fault_study, run_cli
 from specsweep import results
 from specsweep.config import expand_grid
 

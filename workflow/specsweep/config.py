@@ -12,6 +12,7 @@ import yaml
 
 from . import command
 from .errors import ConfigError
+from .prompts import read_prompts_file
 
 EMBEDDED = "embedded"
 
@@ -206,8 +207,6 @@ def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
     prompt with fewer UTF-8 bytes than the context, plus one, cannot reach it with any tokenizer
     whose tokens each cover at least one byte.
     """
-    from .workload import read_prompts_file  # workload imports the client: keep config light
-
     texts = read_prompts_file(path)
     for spec in specs:
         used = min(len(texts), max(s.requests for s in spec.sections) + spec.warmup_requests)

@@ -15,6 +15,7 @@ from . import __version__, client, command, devices, hostload, metrics, probes, 
 from .config import RunSpec, Section
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .hostload import Guard
+from .prompts import read_prompts_file
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
 
@@ -63,7 +64,7 @@ def preflight(spec: RunSpec) -> None:
     if spec.model_path and not Path(spec.model_path).is_file():
         raise ConfigError(f"model file {spec.model_path} does not exist")
     if spec.prompts_file:
-        workload.read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
+        read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
 
 
 def server_argv(spec: RunSpec, port: int, key: str | None = None) -> list[str]:

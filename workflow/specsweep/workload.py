@@ -14,11 +14,11 @@ import random
 import threading
 import time
 from importlib import resources
-from pathlib import Path
 
 from . import client
 from .config import Section
 from .errors import ConfigError, InvalidResponse, ServerDied, SpecsweepError
+from .prompts import read_prompts_file
 from .server import ServerProcess
 
 POLL_S = 0.02
@@ -73,28 +73,6 @@ def _cut(tokens: list[int], length: int, where: str) -> list[int]:
         raise ConfigError(f"{where}: the prompt has {len(tokens)} tokens, the grid asks for {length}; "
                           f"use longer prompts or a smaller grid.context")
     return tokens[:length]
-
-
-def read_prompts_file(path: str) -> list[str]:
-    """The prompts of a JSONL file; errors name the line."""
-    texts = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read prompts file {path}: {exc.strerror}") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            text = json.loads(line)["prompt"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(f'{path} line {number}: expected {{"prompt": "..."}}, got {line[:80]!r}') from exc
-        if not isinstance(text, str) or not text:
-            raise ConfigError(f"{path} line {number}: prompt must be a non-empty string")
-        texts.append(text)
-    if not texts:
-        raise ConfigError(f"prompts file {path} holds no prompts")
-    return texts
 
 
 def prompt_set_hash(prompts: list[list[int]]) -> str:

@@ -47,7 +47,12 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     fig.suptitle(f"{title}\n{frame['name'].nunique() - n_bad} configurations measured, {n_bad} without result",
                  fontsize=12, y=0.995)
     footer = _footer(frame)
-    fig.tight_layout(rect=(0, 0.02 + 0.022 * footer.count("\n"), 1, 0.89))
+    _save(fig, out, footer, top=0.89)
+
+
+def _save(fig, out: Path, footer: str, *, top: float) -> None:
+    """Lay out above the footer (the list of what is not a number), write the PNG, free the figure."""
+    fig.tight_layout(rect=(0, 0.02 + 0.022 * footer.count("\n"), 1, top))
     if footer:
         fig.text(0.01, 0.005, footer, fontsize=8, va="bottom", family="monospace", color="crimson")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,9 +145,4 @@ def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     fig.suptitle(title, fontsize=11, y=0.995)
     others = frame[frame["ratio"].isna()].drop_duplicates("name")
     footer = "\n".join(textwrap.shorten(f"{r.name}: {r.verdict}: {r.why}", 150) for r in others.itertuples())
-    fig.tight_layout(rect=(0, 0.02 + 0.022 * (footer.count("\n") + bool(footer)), 1, 0.9))
-    if footer:
-        fig.text(0.01, 0.005, footer, fontsize=8, va="bottom", family="monospace", color="crimson")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out, footer, top=0.9)

@@ -127,12 +127,11 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
     # Held from launch to teardown: no other measurement shares these devices meanwhile.
     with devices.acquire(spec.tp, holder=spec.name, announce=lambda m: say(spec, m, terminal=True)) as lease:
         port = port or probes.free_port()
-        argv = server_argv(spec, port, key)
-        shown = command.redact(argv, (key,) if key else ())
-        say(spec, f"launching on {','.join(lease.devices)}: {' '.join(shown)}")
+        server = ServerProcess(server_argv(spec, port, key), port=port, log_path=server_log,
+                               startup_timeout_s=spec.startup_timeout_s, env=lease.env(), api_key=key)
+        say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
-        with ServerProcess(argv, port=port, log_path=server_log, startup_timeout_s=spec.startup_timeout_s,
-                           env=lease.env(), api_key=key) as server:
+        with server:
             say(spec, f"server pid {server.pid}, log {server_log}")
             with _phase("startup"):
                 server.wait_ready()
@@ -143,7 +142,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             measured = _measure(spec, server, guard, lease.gpus)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3),
                      "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
-    doc = _result_doc(spec, argv=shown, version=version, info=info, measured=measured, started_at=started_at,
+    doc = _result_doc(spec, argv=server.shown_argv, version=version, info=info, measured=measured, started_at=started_at,
                       startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation)
     validate_result(doc)  # the same check aggregation applies: never write what it would refuse
     write_json_atomic(out, doc)

@@ -53,8 +53,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_start = signatures.log_size(self.log_path)
         with open(self.log_path, "ab") as log:
-            shown = " ".join(command.redact(self.argv, self.secrets))
-            log.write(f"# specsweep: {shown}\n".encode())
+            log.write(f"# specsweep: {' '.join(self.shown_argv)}\n".encode())
             log.flush()
             try:
                 self.proc = subprocess.Popen(
@@ -67,6 +66,11 @@ class ServerProcess:
         self._remember_tree()
         self._watcher = threading.Thread(target=self._watch, name="server-watch", daemon=True)
         self._watcher.start()
+
+    @property
+    def shown_argv(self) -> list[str]:
+        """The command as specsweep writes it anywhere (log header, job log, result): secrets hidden."""
+        return command.redact(self.argv, self.secrets)
 
     @property
     def pid(self) -> int:

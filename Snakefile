@@ -26,6 +26,8 @@ rule all:
 localrules:
     provision_llama_server,
     provision_model,
+    provision_vllm,
+    provision_tiny_model,
     summary_table,
     summary_plot,
     compare,

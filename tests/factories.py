@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from specsweep import config as study
-from specsweep import metrics, runner
+from specsweep import backends, metrics, runner
 from specsweep.client import RequestRecord
 
 
@@ -36,5 +36,5 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         sections.append({"name": section.name, **asdict(section), **stats,
                          "records": [runner._record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {}, "prompts": {}, "sections": sections}
-    return runner._result_doc(spec, argv=["llama-server"], version="test", info={}, measured=measured,
+    return runner._result_doc(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
                               started_at="t0", startup_s=1.0, job_s=2.0)

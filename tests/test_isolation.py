@@ -194,12 +194,12 @@ def gpus(monkeypatch, tmp_path):
 
 def test_leases_on_simulated_gpus_are_disjoint_and_wait_for_a_release(gpus):
     said = []
-    first = devices.acquire(2, holder="a", announce=said.append)
-    second = devices.acquire(2, holder="b", announce=said.append)
+    first = devices.acquire(2, holder="a", announce=said.append, gpu=True)
+    second = devices.acquire(2, holder="b", announce=said.append, gpu=True)
     assert set(first.gpus).isdisjoint(second.gpus) and len(first.gpus) == len(second.gpus) == 2
     assert second.env() == {"CUDA_VISIBLE_DEVICES": ",".join(second.gpus)}
     got = []
-    waiter = threading.Thread(target=lambda: got.append(devices.acquire(1, holder="c", announce=said.append)))
+    waiter = threading.Thread(target=lambda: got.append(devices.acquire(1, holder="c", announce=said.append, gpu=True)))
     waiter.start()
     time.sleep(1.0)
     assert not got and any("held by a" in s and "held by b" in s for s in said)
@@ -212,7 +212,7 @@ def test_leases_on_simulated_gpus_are_disjoint_and_wait_for_a_release(gpus):
 
 def test_a_tp_larger_than_the_host_is_a_config_error(gpus):
     with pytest.raises(ConfigError, match="tp 8 needs 8 GPUs, this host has 4"):
-        devices.acquire(8, holder="x", announce=print)
+        devices.acquire(8, holder="x", announce=print, gpu=True)
 
 
 def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path):

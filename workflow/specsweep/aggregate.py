@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import RunSpec, expand_grid
+from .config import RunSpec, axis_matches, expand_grid
 from .errors import ResultRefused
 from .results import (InvalidResult, failure_record, latest_failure, load_result, next_attempt, utc_now,
                       write_failure, write_text_atomic)
@@ -25,17 +25,27 @@ KEY_COLUMNS = ["name", "tp", "budget", "context", "section", "status", "reason"]
 
 
 def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
-    """The reason of the first exclusion rule that matches this configuration, if any."""
+    """The reason of the first exclusion rule that matches this configuration, if any.
+
+    A rule that names compute capabilities matches only on that hardware: the study's
+    hardware.compute_capability, else what NVML reports for this host's GPUs.
+    """
+    here = planning_capability(config)
     for rule in config.get("exclude", []):
-        if all(_matches(rule.get(axis), getattr(spec, axis)) for axis in ("budget", "tp", "context")):
+        if not all(axis_matches(rule.get(axis), getattr(spec, axis)) for axis in ("budget", "tp", "context")):
+            continue
+        caps = rule.get("compute_capability")
+        if caps is None:
             return rule["reason"]
+        if here is not None and here in (caps if isinstance(caps, list) else [caps]):
+            return f"{rule['reason']} (on compute capability {here})"
     return None
 
 
-def _matches(wanted, value: int) -> bool:
-    if wanted is None:
-        return True
-    return value in wanted if isinstance(wanted, list) else value == wanted
+def planning_capability(config: dict) -> str | None:
+    from .hardware import local_compute_capability
+
+    return (config.get("hardware") or {}).get("compute_capability") or local_compute_capability()
 
 
 def summarize(config: dict, runs_dir: Path, failures_dir: Path) -> pd.DataFrame:

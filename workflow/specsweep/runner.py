@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import __version__, client, command, devices, hostload, metrics, probes, workload
+from . import __version__, backends, client, command, devices, hardware, hostload, metrics, probes, workload
 from .config import RunSpec, Section
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .hostload import Guard
 from .prompts import read_prompts_file
 from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
 from .server import ServerProcess
-
-CTX_HEADROOM = 16
-
 
 def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
     """Progress on stderr (the job's log), one line each, prefixed with the configuration's name.
@@ -57,78 +54,93 @@ def preflight(spec: RunSpec) -> None:
     spec.check_fits()  # again here: a spec can also come by hand, as JSON
     spec.check_command()
     api_key(spec)
-    if spec.backend != "llama-server":
-        raise ConfigError(f"backend {spec.backend!r} is not supported yet; use llama-server")
+    backends.get(spec.backend)
     if spec.binary == "embedded" or spec.model_path == "embedded":
         raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
-    if spec.model_path and not Path(spec.model_path).is_file():
-        raise ConfigError(f"model file {spec.model_path} does not exist")
+    check_model_path(spec)
     if spec.prompts_file:
         read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
 
 
-def server_argv(spec: RunSpec, port: int, key: str | None = None) -> list[str]:
-    """The launch command: the template with placeholders filled, plus speculation flags."""
-    values = {
+def check_model_path(spec: RunSpec) -> None:
+    """llama-server needs a model file; the others load a folder, or a hub id they resolve themselves."""
+    backend = backends.get(spec.backend)
+    path = Path(spec.model_path).expanduser()
+    if backend.model_is_file and not path.is_file():
+        raise ConfigError(f"model file {spec.model_path} does not exist ({backend.name} serves one GGUF file)")
+    if not backend.model_is_file and looks_like_path(spec.model_path) and not path.exists():
+        raise ConfigError(f"model path {spec.model_path} does not exist; give an existing folder or file, or a "
+                          f"hub id (org/name) that {backend.name} resolves itself")
+
+
+def looks_like_path(model: str) -> bool:
+    """'/data/qwen', './m', '~/m' are paths; 'Qwen/Qwen3-8B' is a hub id unless such a folder exists."""
+    return model.startswith(("/", ".", "~")) or Path(model).exists()
+
+
+def render_values(spec: RunSpec, port: int | str, key: str | None = None) -> dict:
+    """What each placeholder of the launch template becomes for this configuration."""
+    return {
         "api_key": key or "",
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
-        # llama-server splits its context evenly across slots: every slot must hold one request
-        # plus the drafts in flight and the token it stops on (it stops when one is left).
-        "ctx_size": spec.slots * (spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM),
+        "ctx_size": backends.get(spec.backend).ctx_size(spec),
         "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
     }
-    return command.render(list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else []), values)
 
 
-def server_version(binary: str) -> str:
-    """What the binary says of its own version; never fails the run."""
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith(("version", "built"))]
-    return "; ".join(lines) or "unknown"
+def server_argv(spec: RunSpec, port: int | str, key: str | None = None) -> list[str]:
+    """The launch command: the template with placeholders filled, plus speculation flags."""
+    template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
+    return command.render(template, render_values(spec, port, key))
+
+
+def server_env(spec: RunSpec, port: int | str) -> dict[str, str]:
+    """The study's extra environment for the server (server.env), placeholders filled."""
+    values = render_values(spec, port)
+    return dict(zip(spec.env, command.render(list(spec.env.values()), values)))
 
 
 HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a minute or more
 
 
 def model_facts(path: str) -> dict:
-    """Which model was measured: size and SHA-256 of a model file (so studies can be compared)."""
+    """Which model was measured, so studies can be compared: a file's size and SHA-256; a folder's
+    total size and the SHA-256 of its manifest (each file's relative path, size and SHA-256); a
+    hub id as given (the server resolves it). Nothing larger than HASH_LIMIT_BYTES is hashed."""
     from .provision import sha256_file
 
     facts = {"path": path, "bytes": None, "sha256": None}
-    target = Path(path)
+    target = Path(path).expanduser()
     if target.is_file():
         facts["bytes"] = target.stat().st_size
         if facts["bytes"] <= HASH_LIMIT_BYTES:
             facts["sha256"] = sha256_file(target)
+    elif target.is_dir():
+        files = sorted(p for p in target.rglob("*") if p.is_file())
+        facts["bytes"], facts["files"] = sum(p.stat().st_size for p in files), len(files)
+        if facts["bytes"] <= HASH_LIMIT_BYTES:
+            manifest = "".join(f"{p.relative_to(target)} {p.stat().st_size} {sha256_file(p)}\n" for p in files)
+            facts["sha256"] = hashlib.sha256(manifest.encode()).hexdigest()
+    else:
+        facts["hub_id"] = path
     return facts
-
-
-def check_server_context(spec: RunSpec, info: dict) -> None:
-    """The running server must give each slot room for the longest request.
-
-    llama-server stops a request once only one free cell is left, hence the + 1.
-    """
-    n_ctx = (info.get("default_generation_settings") or {}).get("n_ctx")
-    need = spec.context + spec.max_output_tokens + 1
-    if isinstance(n_ctx, int) and n_ctx < need:
-        raise ConfigError(f"the server reports a slot context of {n_ctx} tokens, a request needs {need}")
 
 
 def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guard, port: int | None = None) -> dict:
     """Measure one configuration and write its result; raise a typed error on any failure."""
     preflight(spec)
+    backend = backends.get(spec.backend)
     key = api_key(spec)
     t_job = time.monotonic()
     started_at = utc_now()
-    version = server_version(spec.binary)
     # Held from launch to teardown: no other measurement shares these devices meanwhile.
-    with devices.acquire(spec.tp, holder=spec.name, announce=lambda m: say(spec, m, terminal=True)) as lease:
-        port = port or probes.free_port()
-        server = ServerProcess(server_argv(spec, port, key), port=port, log_path=server_log,
-                               startup_timeout_s=spec.startup_timeout_s, env=lease.env(), api_key=key)
+    with devices.acquire(spec.tp, holder=spec.name, announce=lambda m: say(spec, m, terminal=True),
+                         gpu=spec.gpu, port=port) as lease:
+        hw = hardware.facts(lease.gpus)
+        devices.check_exclusions(spec.excluded_on, hw)
+        server = ServerProcess(server_argv(spec, lease.port, key), port=lease.port, log_path=server_log,
+                               startup_timeout_s=spec.startup_timeout_s, env={**server_env(spec, lease.port), **lease.env()},
+                               api_key=key, backend=backend)
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:
@@ -137,16 +149,17 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
                 server.wait_ready()
             startup_s = time.monotonic() - t_launch
             say(spec, f"ready after {startup_s:.1f} s")
-            info = client.server_info(server.base_url, headers=server.headers)
-            check_server_context(spec, info)
+            facts = backend.facts(server.base_url, spec, headers=server.headers)
+            backend.check_context(spec, facts)
             measured = _measure(spec, server, guard, lease.gpus)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3),
                      "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
-    doc = _result_doc(spec, argv=server.shown_argv, version=version, info=info, measured=measured, started_at=started_at,
-                      startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation)
-    validate_result(doc)  # the same check aggregation applies: never write what it would refuse
-    write_json_atomic(out, doc)
-    say(spec, f"result written to {out}")
+        doc = _result_doc(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
+                          startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation, hardware=hw,
+                          env=command.redact_env(server.env, secrets(spec)))
+        validate_result(doc)  # the same check aggregation applies: never write what it would refuse
+        write_json_atomic(out, doc)
+        say(spec, f"result written to {out}")
     return doc
 
 
@@ -163,9 +176,8 @@ def _phase(name: str):
 def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...]) -> dict:
     most = max(s.requests for s in spec.sections)
     with _phase("prompts"):
-        prompts = workload.make_prompts(server.base_url, seed=spec.seed, count=most + spec.warmup_requests,
-                                        length=spec.context, prompts_file=spec.prompts_file,
-                                        headers=server.headers)
+        prompts = workload.make_prompts(server, seed=spec.seed, count=most + spec.warmup_requests,
+                                        length=spec.context, prompts_file=spec.prompts_file)
     say(spec, f"warmup: {spec.warmup_requests} request(s)")
     t = time.monotonic()
     with _phase("warmup"):
@@ -188,20 +200,22 @@ def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str
 
 def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts,
                      watch: hostload.SectionWatch) -> dict:
-    before = client.metrics(server.base_url, headers=server.headers)
     started_at, t0 = utc_now(), time.monotonic()
     watch.start()
-    runs = []
+    runs, delta = [], {}
     for repeat in range(spec.repeats):
+        # Counters are read around the requests alone: a health probe may generate (SGLang's does).
+        before = client.metrics(server.base_url, headers=server.headers)
         records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
                                              send_times=workload.schedule(section, spec.seed))
+        delta = metrics.add_deltas(delta, metrics.counter_delta(before, client.metrics(server.base_url,
+                                                                                         headers=server.headers)))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))
         server.check_alive(f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else ""))
     load = watch.stop(time.monotonic() - t0)
     finished_at = utc_now()
-    after = client.metrics(server.base_url, headers=server.headers)
-    stats = metrics.section_metrics(runs, metrics.counter_delta(before, after))
-    _check_counters(section.name, stats)
+    stats = metrics.section_metrics(runs, delta, server.backend)
+    _check_counters(section.name, stats, server.backend.token_counter)
     _check_schedule(spec, section.name, stats)
     hostload.check(section.name, load, watch.guard, stats["output_tok_s_repeats"],
                    closed_loop=section.request_rate is None)
@@ -214,9 +228,9 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pro
             "records": [_record_doc(r) for recs, _ in runs for r in recs]}
 
 
-def _check_counters(name: str, stats: dict) -> None:
+def _check_counters(name: str, stats: dict, counter: str | None) -> None:
     """The server's own token counter must agree with the per-request counts."""
-    counted = stats["counters"].get("llamacpp:tokens_predicted_total")
+    counted = stats["counters"].get(counter) if counter else None
     if counted is not None and int(counted) != stats["output_tokens"]:
         raise InvalidResponse(
             f"section {name}: server counted {int(counted)} generated tokens, responses say "
@@ -240,8 +254,8 @@ def _record_doc(record: client.RequestRecord) -> dict:
             "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, startup_s, job_s,
-                isolation: dict | None = None) -> dict:
+def _result_doc(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
+                isolation: dict | None = None, hardware: dict | None = None, env: dict | None = None) -> dict:
     sections = measured["sections"]
     return {
         "schema": RESULT_SCHEMA,
@@ -250,14 +264,18 @@ def _result_doc(spec: RunSpec, *, argv, version, info, measured, started_at, sta
         "specsweep_version": __version__,
         "spec": asdict(spec),
         "server": {
+            "backend": spec.backend,
             "command": argv,
-            "version": version,
-            "build_info": info.get("build_info"),
-            "slot_context": (info.get("default_generation_settings") or {}).get("n_ctx"),
-            "total_slots": info.get("total_slots"),
+            "env": env or {},
+            "version": facts.version,
+            "build_info": facts.build_info,
+            "slot_context": facts.max_context,
+            "total_slots": facts.total_slots,
+            "reported": facts.detail,
         },
         "model": model_facts(spec.model_path),
         "host": {"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},
+        "hardware": hardware,
         "started_at": started_at,
         "finished_at": utc_now(),
         "timing": {"startup_s": startup_s, "job_s": job_s,

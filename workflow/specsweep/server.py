@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from . import client, command, probes, signatures
+from .backends import Backend, llama_server
 from .errors import PortConflict, ServerDied, ServerHung, ServerNotReady, ServerStartError
 
 TERM_GRACE_S = 5.0
@@ -22,8 +23,10 @@ class ServerProcess:
     """One launched server. Use as a context manager: the whole tree dies on every exit path."""
 
     def __init__(self, argv: list[str], *, port: int, log_path: Path, startup_timeout_s: float,
-                 env: dict[str, str] | None = None, api_key: str | None = None):
+                 env: dict[str, str] | None = None, api_key: str | None = None,
+                 backend: Backend = llama_server.BACKEND):
         self.argv = argv
+        self.backend = backend  # the server's dialect: health route, stream format, log signatures
         self.env = env or {}  # added to ours: the devices it may use (CUDA_VISIBLE_DEVICES)
         self.headers = client.auth_headers(api_key)
         self.secrets = (api_key,) if api_key else ()
@@ -90,12 +93,12 @@ class ServerProcess:
                     raise PortConflict(err.reason, evidence=err.evidence, signature=err.signature,
                                        exit_text=err.exit_text)
                 raise err
-            ok, _ = probes.health(self.base_url, timeout=1.0, headers=self.headers)
+            ok, _ = self._health(timeout=self.backend.health_timeout_s)
             if ok:
                 self._check_owner()
                 return
             time.sleep(0.1)
-        _, detail = probes.health(self.base_url, timeout=1.0, headers=self.headers)
+        _, detail = self._health(timeout=self.backend.health_timeout_s)
         raise ServerNotReady(
             f"server not ready after {self.startup_timeout_s:g} s ({detail})",
             evidence=[self.log_tail(5)],
@@ -106,7 +109,7 @@ class ServerProcess:
         if not self.alive():
             raise self.death_error(ServerDied, f"server died {where}")
         if http:
-            ok, detail = probes.health(self.base_url, headers=self.headers)
+            ok, detail = self._health(timeout=self.backend.health_timeout_s)
             if not ok:
                 # The process may be dying right now: give it a moment to report its exit.
                 time.sleep(0.2)
@@ -114,11 +117,14 @@ class ServerProcess:
                     raise self.death_error(ServerDied, f"server died {where}")
                 raise ServerDied(f"server unhealthy {where}: {detail}")
 
+    def _health(self, timeout: float) -> tuple[bool, str]:
+        return probes.health(self.base_url, timeout=timeout, headers=self.headers, route=self.backend.health_route)
+
     def death_error(self, cls: type, where: str):
         """The typed error for a process found dead, naming the log's known signature."""
         self._wait_exit(1.0)
         exit_text = signatures.describe_exit(self.proc.returncode if self.proc else None)
-        label, lines = signatures.classify(self.log_tail(400))
+        label, lines = signatures.classify(self.log_tail(400), extra=self.backend.signatures)
         cause = lines[0] if lines else exit_text
         return cls(f"{where}: {cause}", evidence=lines, signature=label, exit_text=exit_text)
 

@@ -21,10 +21,14 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
 _COMPILED = tuple((label, re.compile(pattern, re.IGNORECASE)) for label, pattern in SIGNATURES)
 
 
-def classify(text: str) -> tuple[str | None, list[str]]:
-    """(label, matching lines) of the first known signature in a log, or (None, [])."""
+def classify(text: str, extra: tuple[tuple[str, str], ...] = ()) -> tuple[str | None, list[str]]:
+    """(label, matching lines) of the first known signature in a log, or (None, []).
+
+    ``extra``: a backend's own (label, regex) pairs, tried after the common ones.
+    """
     lines = text.splitlines()
-    for label, pattern in _COMPILED:
+    compiled = _COMPILED + tuple((label, re.compile(pattern, re.IGNORECASE)) for label, pattern in extra)
+    for label, pattern in compiled:
         hits = [line.strip() for line in lines if pattern.search(line)]
         if hits:
             return label, hits[:5]

@@ -46,24 +46,27 @@ def prompt_text(seed: int, index: int, min_words: int) -> str:
     return "\n\n".join(out)
 
 
-def make_prompts(base_url: str, *, seed: int, count: int, length: int,
-                 prompts_file: str | None = None, headers: dict[str, str] | None = None) -> list[list[int]]:
+def make_prompts(server: ServerProcess, *, seed: int, count: int, length: int,
+                 prompts_file: str | None = None) -> list[list[int]]:
     """``count`` prompts of exactly ``length`` tokens as the server tokenizes them.
 
     From the bundled corpus in a seeded order, or from the user's JSONL file (one
     {"prompt": text} per line, used in order, each cut to ``length`` tokens).
     """
+    def tokenize(text: str) -> list[int]:
+        return server.backend.tokenize(server.base_url, text, headers=server.headers)
+
     if prompts_file:
         texts = read_prompts_file(prompts_file)
-        return [_cut(client.tokenize(base_url, texts[i % len(texts)], headers=headers), length, f"{prompts_file} line "
-                     f"{i % len(texts) + 1}") for i in range(count)]
+        return [_cut(tokenize(texts[i % len(texts)]), length, f"{prompts_file} line {i % len(texts) + 1}")
+                for i in range(count)]
     prompts = []
     for index in range(count):
         words = max(16, length)  # English runs above one token per word: enough text, then cut
-        tokens = client.tokenize(base_url, prompt_text(seed, index, words), headers=headers)
+        tokens = tokenize(prompt_text(seed, index, words))
         while len(tokens) < length:
             words *= 2
-            tokens = client.tokenize(base_url, prompt_text(seed, index, words), headers=headers)
+            tokens = tokenize(prompt_text(seed, index, words))
         prompts.append(tokens[:length])
     return prompts
 
@@ -114,7 +117,7 @@ def run_section(
             index, t_scheduled = item
             try:
                 done.put(client.stream_completion(
-                    server.base_url, prompt=prompts[index % len(prompts)], n_predict=section.output_tokens,
+                    server.backend, server.base_url, prompt=prompts[index % len(prompts)], n_predict=section.output_tokens,
                     stall_timeout_s=stall_timeout_s, section=section.name, index=index, t0=t0,
                     t_scheduled=t_scheduled, headers=server.headers,
                 ))

@@ -1,0 +1,91 @@
+"""llama.cpp's llama-server: the embedded CPU default.
+
+Checked against the llama.cpp tree vendored in llama-cpp-python 0.3.36 (tools/server/server.cpp,
+tools/server/README.md) and shared/reference/servers.md: native ``POST /completion`` streams
+``data: {json}`` events with a running ``tokens_predicted``; the final event has ``stop: true``,
+``tokens_evaluated``, ``stop_type``, ``truncated`` and ``timings`` (``predicted_n``,
+``predicted_per_second``, ``draft_n``, ``draft_n_accepted``). ``/props`` reports the build and the
+slot context; ``/metrics`` (with --metrics) has ``llamacpp:*`` counters.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from ..errors import ConfigError, InvalidResponse
+from .base import CTX_HEADROOM, Backend, Facts, Final, check_counts, counters_acceptance, get_json, post_json, token_list
+
+
+class LlamaServer(Backend):
+    name = "llama-server"
+    source = "llama.cpp tools/server/server.cpp (vendored in llama-cpp-python 0.3.36)"
+    binary = "embedded"
+    command = ("{binary}", "-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "{ctx_size}",
+               "-np", "{slots}", "-t", "{threads}", "--metrics", "--no-webui")
+    speculative_args = ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "1",
+                        "--spec-ngram-mod-n-max", "{budget}")
+    model_is_file = True
+    embedded = {"binary": "llama-server", "model": "model"}  # what "embedded" provisions: results/provision/<name>.json
+    generate_route = "/completion"
+    token_counter = "llamacpp:tokens_predicted_total"
+
+    def ctx_size(self, spec) -> int:
+        # llama-server splits its context evenly across slots: every slot must hold one request
+        # plus the drafts in flight and the token it stops on (it stops when one is left).
+        return spec.slots * (spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM)
+
+    def request_body(self, prompt: list[int], n_predict: int) -> dict:
+        return {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "temperature": 0.0, "stream": True,
+                "cache_prompt": False}  # every request pays its own prefill, as a fresh prompt would
+
+    def tokens_so_far(self, event: dict) -> int | None:
+        predicted = event.get("tokens_predicted")
+        return predicted if isinstance(predicted, int) else None
+
+    def is_final(self, event: dict) -> bool:
+        return bool(event.get("stop"))
+
+    def final(self, event: dict, *, n_predict: int, prompt_len: int) -> Final:
+        timings = event.get("timings") or {}
+        produced = event.get("tokens_predicted")
+        why = f"stop_type={event.get('stop_type')!r}" + (", truncated: the slot's context is full"
+                                                          if event.get("truncated") else "")
+        check_counts(self.name, produced=produced, n_predict=n_predict, why=why,
+                     evaluated=event.get("tokens_evaluated", prompt_len), prompt_len=prompt_len)
+        if timings.get("predicted_n", produced) != produced:
+            raise InvalidResponse(f"timings.predicted_n {timings.get('predicted_n')} != tokens_predicted {produced}")
+        return Final(output_tokens=produced, prompt_tokens=prompt_len, server_tok_s=timings.get("predicted_per_second"),
+                     draft_tokens=int(timings.get("draft_n", 0)), draft_accepted=int(timings.get("draft_n_accepted", 0)))
+
+    def tokenize(self, base_url: str, text: str, *, headers=None) -> list[int]:
+        doc = post_json(f"{base_url}/tokenize", {"content": text, "add_special": False}, headers=headers)
+        return token_list(doc.get("tokens"), "/tokenize")
+
+    def facts(self, base_url: str, spec, *, headers=None) -> Facts:
+        info = get_json(f"{base_url}/props", headers=headers)
+        return Facts(version=binary_version(spec.binary), build_info=info.get("build_info"),
+                     max_context=(info.get("default_generation_settings") or {}).get("n_ctx"),
+                     total_slots=info.get("total_slots"))
+
+    def check_context(self, spec, facts: Facts) -> None:
+        # llama-server stops a request once only one free cell is left, hence the + 1.
+        need = spec.context + spec.max_output_tokens + 1
+        if isinstance(facts.max_context, int) and facts.max_context < need:
+            raise ConfigError(f"the server reports a slot context of {facts.max_context} tokens, a request needs {need}")
+
+    def acceptance_length(self, records, delta) -> float | None:
+        return counters_acceptance(delta, "llamacpp:spec_decode_num_drafts_total",
+                                   "llamacpp:spec_decode_num_accepted_tokens_total")
+
+
+def binary_version(binary: str) -> str:
+    """What the binary says of its own version; never fails the run."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith(("version", "built"))]
+    return "; ".join(lines) or "unknown"
+
+
+BACKEND = LlamaServer()

@@ -35,7 +35,10 @@ from pathlib import Path
 from specsweep import probes, workload
 from specsweep.config import Section
 from specsweep.metrics import percentile
+from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
+
+LLAMA = get_backend("llama-server")
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fault_server.py"
 PROMPT = [[101 + i for i in range(16)]]
@@ -111,7 +114,7 @@ def main() -> None:
     port = probes.free_port()
     argv = [sys.executable, str(FAULT_SERVER), "--port", str(port), "--token-delay", "0"]
     log = Path(tempfile.gettempdir()) / "specsweep-headroom-server.log"
-    with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=30) as server:
+    with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=30, backend=LLAMA) as server:
         os.sched_setaffinity(server.pid, {server_core})
         os.sched_setaffinity(0, {client_core})
         server.wait_ready()

@@ -19,7 +19,10 @@ from pathlib import Path
 from specsweep import client, metrics, probes, provision, workload
 from specsweep.config import Section, expand_grid, load_study, validate_study
 from specsweep.runner import server_argv
+from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
+
+LLAMA = get_backend("llama-server")
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,9 +36,9 @@ def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list
     spec = expand_grid(study)[0].resolved(binary=binary, model_path=model)
     port = probes.free_port()
     log = Path(tempfile.gettempdir()) / f"specsweep-fidelity-b{budget}.log"
-    with ServerProcess(server_argv(spec, port), port=port, log_path=log, startup_timeout_s=120) as server:
+    with ServerProcess(server_argv(spec, port), port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
-        prompts = workload.make_prompts(server.base_url, seed=0, count=requests, length=context)
+        prompts = workload.make_prompts(server, seed=0, count=requests, length=context)
         before = client.metrics(server.base_url)
         records, _ = workload.run_section(server, Section(**section), prompts, stall_timeout_s=60)
         delta = metrics.counter_delta(before, client.metrics(server.base_url))

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from specsweep import client, probes, provision, workload
 from specsweep.config import load_study
+from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
+
+LLAMA = get_backend("llama-server")
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {
@@ -30,13 +33,13 @@ def measure(binary: str, model: str, extra: list[str], *, context: int, tokens: 
     port = probes.free_port()
     argv = [binary, "-m", model, "--host", probes.HOST, "--port", str(port), "-c", str(context + tokens + 64),
             "-np", "1", "-t", "2", "--metrics", "--no-webui", *extra]
-    with ServerProcess(argv, port=port, log_path=Path("/tmp/spec_methods.log"), startup_timeout_s=120) as server:
+    with ServerProcess(argv, port=port, log_path=Path("/tmp/spec_methods.log"), startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
-        prompts = workload.make_prompts(server.base_url, seed=0, count=requests + 1, length=context)
-        client.stream_completion(server.base_url, prompt=prompts[-1], n_predict=16, stall_timeout_s=60,
+        prompts = workload.make_prompts(server, seed=0, count=requests + 1, length=context)
+        client.stream_completion(server.backend, server.base_url, prompt=prompts[-1], n_predict=16, stall_timeout_s=60,
                                  section="warmup", index=0, t0=0)
         before = client.metrics(server.base_url)
-        recs = [client.stream_completion(server.base_url, prompt=p, n_predict=tokens, stall_timeout_s=60,
+        recs = [client.stream_completion(server.backend, server.base_url, prompt=p, n_predict=tokens, stall_timeout_s=60,
                                          section="s", index=i, t0=0) for i, p in enumerate(prompts[:requests])]
         after = client.metrics(server.base_url)
     wall = sum(r.e2e_s for r in recs)

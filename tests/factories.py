@@ -32,7 +32,7 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         for repeat in range(spec.repeats):
             records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
             runs.append((records, records[-1].t_end - records[0].t_send))
-        stats = metrics.section_metrics(runs, {})
+        stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), **stats,
                          "records": [runner._record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {}, "prompts": {}, "sections": sections}

@@ -81,3 +81,24 @@ def test_plot_is_written_with_failures_marked(sweep, tmp_path):
     plot_summary(frame, out, title="test")
     assert out.stat().st_size > 20_000
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():
+    import matplotlib.pyplot as plt
+
+    from specsweep import plot
+
+    rows = [{"tp": tp, "context": 64, "budget": b, "section": "short", "status": "ok",
+             "output_tok_s": 100.0 * tp + b, "output_tok_s_min": 99.0 * tp + b, "output_tok_s_max": 101.0 * tp + b}
+            for tp in (1, 2) for b in (0, 2, 4)]
+    frame = pd.DataFrame(rows)
+    fig, ax = plt.subplots()
+    plot._panel(ax, frame, "output_tok_s", {64: "blue"}, plot.tp_style([1, 2]), [0, 2, 4], "short")
+    lines = {c.get_label(): c for c in ax.containers}
+    assert set(lines) == {"tp 1, ctx 64", "tp 2, ctx 64"}
+    for tp in (1, 2):
+        x, y = lines[f"tp {tp}, ctx 64"].lines[0].get_data()
+        assert list(x) == [0, 2, 4] and list(y) == [100.0 * tp + b for b in (0, 2, 4)]
+    styles = {label: c.lines[0].get_linestyle() for label, c in lines.items()}
+    assert styles["tp 1, ctx 64"] != styles["tp 2, ctx 64"]
+    plt.close(fig)

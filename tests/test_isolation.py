@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from conftest import NAME, fault_study, run_cli
-from specsweep import command, devices, hostload, results
-from specsweep.errors import ConfigError, NoisyHost
+from specsweep import command, devices, hardware, hostload, results
+from specsweep.errors import ConfigError, DeviceBusy, NoisyHost, PortConflict
 
 GUARD = hostload.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0)
 
@@ -123,6 +123,16 @@ def test_foreign_cpu_counts_others_and_new_processes_only():
     assert reused["cpu_s"] == pytest.approx(0.25)  # a reused pid is a new process, not a negative delta
 
 
+def test_a_child_reaped_during_the_section_counts_only_its_time_inside_it():
+    # cc1plus had used 40 s before the section and 0.5 s inside it, then ended: make's children
+    # times jump by 40.5 s, of which only 0.5 s belong to the section.
+    before = {10: (100.0, 3.0, "make", 1), 11: (100.0, 40.0, "cc1plus", 10), 12: (100.0, 7.0, "orphan", 99)}
+    after = {10: (100.0, 43.5, "make", 1), 1: (1.0, 7.0 + 0.2, "init", 0)}
+    load = hostload.foreign_cpu(before, after, own=set(), wall_s=1.0)
+    assert load["cpu_s"] == pytest.approx(0.5 + 0.2)
+    assert [p["name"] for p in load["top"]] == ["make", "init"]
+
+
 def _load(cores: float, wall: float = 2.0, gpu=()) -> dict:
     return {"cpu_s": cores * wall, "cores": cores, "top": [{"pid": 9, "name": "hog", "cpu_s": cores * wall}],
             "gpu_processes": list(gpu)}
@@ -215,23 +225,102 @@ def test_a_tp_larger_than_the_host_is_a_config_error(gpus):
         devices.acquire(8, holder="x", announce=print, gpu=True)
 
 
-def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path):
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
     monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
+    if gpu:
+        monkeypatch.setenv("SPECSWEEP_GPUS", "0")  # one GPU: the waiter needs the crasher's
+    else:
+        monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
     holder = subprocess.Popen([sys.executable, "-c", "from specsweep import devices; import time; "
-                               "devices.acquire(1, holder='crasher', announce=print); print('held', flush=True); "
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+                               f"devices.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     assert holder.pid in devices.other_measurements()
     said = []
-    waiter = threading.Thread(target=lambda: said.append(devices.acquire(1, holder="me", announce=said.append)))
+    waiter = threading.Thread(target=lambda: said.append(devices.acquire(1, holder="me", announce=said.append,
+                                                                         gpu=gpu)))
     waiter.start()
     time.sleep(0.8)
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
     waiter.join(timeout=10)
     lease = said[-1]
-    assert isinstance(lease, devices.Lease) and lease.devices == ("host",)
+    assert isinstance(lease, devices.Lease) and lease.devices == (("0",) if gpu else ("host",))
     assert any("held by crasher" in s for s in said if isinstance(s, str))
     lease.release()
     assert not psutil.pid_exists(holder.pid) or psutil.Process(holder.pid).status() == psutil.STATUS_ZOMBIE
+
+
+# --- GPUs by NVML (mocked at its boundary) -------------------------------------------------------
+
+class FakeNVML:
+    """pynvml's calls specsweep makes, over a table of GPUs whose used memory a test changes."""
+
+    def __init__(self, used: dict[int, int], cc=(12, 0)):
+        self.used, self.cc = used, cc
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=self.used[h], total=96 << 30)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return self.cc
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.95.05"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=4242, usedGpuMemory=self.used[h])] if self.used[h] > 2 << 30 else []
+
+
+def test_a_lease_waits_for_its_gpus_memory_to_be_released_before_the_next_job(gpus, monkeypatch):
+    nvml = FakeNVML({0: 0, 1: 0, 2: 0, 3: 0})
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    lease = devices.acquire(2, holder="a", announce=print, gpu=True)
+    held = [int(g) for g in lease.gpus]
+    for g in held:
+        nvml.used[g] = 40 << 30  # the server's weights and KV cache
+    threading.Timer(0.6, lambda: nvml.used.update({g: 300 << 20 for g in held})).start()  # driver keeps a little
+    t0 = time.monotonic()
+    lease.release()
+    assert 0.5 < time.monotonic() - t0 < 5 and lease.memory_wait_s >= 0.5
+
+
+def test_gpus_whose_memory_is_never_released_fail_the_next_job_clearly(gpus, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 40 << 30, 1: 40 << 30, 2: 40 << 30, 3: 40 << 30}))
+    monkeypatch.setenv("SPECSWEEP_GPU_RELEASE_TIMEOUT_S", "0.3")
+    with pytest.raises(DeviceBusy, match=r"still have memory in use after 0.3 s, by pid\(s\) \[4242\]"):
+        devices.acquire(1, holder="b", announce=print, gpu=True)
+    again = devices.acquire(4, holder="c", announce=print, gpu=False)  # the failed job held nothing
+    again.release()
+
+
+def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 0, 1: 0}))
+    hw = hardware.facts(("1",))
+    assert hw["gpus"] == [{"index": "1", "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                           "memory_bytes": 96 << 30, "compute_capability": "12.0"}]
+    assert hw["compute_capability"] == "12.0" and hw["gpu_driver"] == "580.95.05" and hw["gpu_count"] == 1
+    assert hw["logical_cores"] == os.cpu_count() and hw["memory_bytes"] > 0 and hw["cpu_model"]
+    monkeypatch.delitem(sys.modules, "pynvml")
+    monkeypatch.setattr(hardware, "nvml", lambda: None)
+    assert hardware.facts(("0",))["gpus"] == [{"index": "0"}]  # simulated: nothing guessed
+
+
+def test_each_job_gets_its_own_port_even_when_asked_for_one_in_use(gpus):
+    first = devices.acquire(1, holder="a", announce=print, gpu=True)
+    second = devices.acquire(1, holder="b", announce=print, gpu=True)
+    assert first.port != second.port and first.port > 0
+    with pytest.raises(PortConflict, match="reserved by another specsweep job"):
+        devices.acquire(1, holder="c", announce=print, gpu=True, port=first.port)
+    first.release()
+    second.release()

@@ -9,9 +9,12 @@ import psutil
 import pytest
 
 from conftest import finish, load, run_workflow, small_study
-from specsweep import client, probes, results, workload
+from specsweep import probes, results, workload
 from specsweep.errors import InvalidResponse
+from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
+
+LLAMA = get_backend("llama-server")
 
 pytestmark = pytest.mark.e2e
 
@@ -67,12 +70,12 @@ def test_without_the_bearer_token_the_keyed_server_refuses(embedded, tmp_path):
     port = probes.free_port()
     argv = [embedded["binary"], "-m", embedded["model"], "--host", probes.HOST, "--port", str(port),
             "-c", "256", "-t", "1", "--api-key", "k-123"]
-    with ServerProcess(argv, port=port, log_path=tmp_path / "server.log", startup_timeout_s=60,
+    with ServerProcess(argv, port=port, log_path=tmp_path / "server.log", startup_timeout_s=60, backend=LLAMA,
                        api_key="k-123") as server:
         server.wait_ready()
         with pytest.raises(InvalidResponse, match="HTTP 401"):
-            client.tokenize(server.base_url, "hello world")
-        assert workload.make_prompts(server.base_url, seed=0, count=1, length=4, headers=server.headers)[0]
+            LLAMA.tokenize(server.base_url, "hello world")  # no bearer token
+        assert workload.make_prompts(server, seed=0, count=1, length=4)[0]
         pid = server.pid
     assert "k-123" not in (tmp_path / "server.log").read_text()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

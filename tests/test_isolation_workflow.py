@@ -76,10 +76,12 @@ def test_two_invocations_in_two_folders_are_never_measured_at_once(tmp_path):
 
 
 def test_jobs_on_a_gpu_host_get_disjoint_gpus_and_run_side_by_side(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2")  # simulated ids: the lock is what is tested
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2,3")  # simulated ids: the lock is what is tested
     doc = study(tmp_path, budgets=(0, 2, 4), tps=(1, 2), token_delay=0.05)
-    rc, out = finish(run_workflow(tmp_path, doc, extra=("--cores", "6")), timeout=300)
+    doc["server"]["gpu"] = True
+    rc, out = finish(run_workflow(tmp_path, doc, extra=("--resources", "gpu=4", "--cores", "4")), timeout=300)
     assert rc == 0, out
+    assert re.search(r"resources: .*gpu=2", out) and re.search(r"resources: .*gpu=1", out)  # declared per tp
     spans = intervals(tmp_path)
     seen = {}
     for key in spans:

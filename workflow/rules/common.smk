@@ -68,7 +68,9 @@ def get_provisioned(wildcards):
 
 def get_launch_command(wildcards):
     """The server's argv as it will run (port picked at run time), for snakemake -n -p."""
-    return LAUNCH[study.run_name(int(wildcards.tp), int(wildcards.budget), int(wildcards.context))]
+    return LAUNCH[
+        study.run_name(int(wildcards.tp), int(wildcards.budget), int(wildcards.context))
+    ]
 
 
 def get_gpus(wildcards):
@@ -139,7 +141,7 @@ def report_failed_run():
     except Exception as exc:  # never hide the original failure behind a reporting error
         print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
         return
-    table = aggregate.failure_report(frame)
+    table = aggregate.failure_report(frame, "results/failures")
     print(
         f"\n{table or 'No configuration failed; a provisioning or aggregation step did (see above).'}\n"
         f"Partial summary with the failures marked: {PARTIAL_PNG}, {PARTIAL_CSV}; "

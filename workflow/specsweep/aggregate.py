@@ -156,12 +156,37 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
     )
 
 
-def failure_report(frame: pd.DataFrame) -> str:
-    """The terminal table a person reads after a run with failures."""
+# Signatures that come back on every attempt: a kernel that does not run on this GPU, memory
+# that does not suffice, a flag the server refuses. A configuration failing with one is a
+# candidate for an exclusion, not for another retry.
+REPRODUCING_SIGNATURES = ("cuda-illegal-instruction", "gpu-oom", "context-exceeded", "bad-arguments")
+
+
+def failure_report(frame: pd.DataFrame, failures_dir: Path | str | None = None) -> str:
+    """The terminal table a person reads after a run with failures, and the exclusions to paste."""
     bad = not_ok(frame)
     if bad.empty:
         return ""
     lines = [f"{len(bad)} of {frame['name'].nunique()} configurations have no valid result:"]
     for row in bad.itertuples():
         lines.append(f"  {row.name:<20} {row.status:<14} {row.reason}")
+    entries = [e for row in bad.itertuples() if row.status == FAILED and failures_dir is not None
+               and (e := exclude_entry(row, latest_failure(Path(failures_dir), row.name)))]
+    if entries:
+        lines.append("These fail with a signature that reproduces; to leave them out where they fail, paste "
+                     "into the study's exclude: list:")
+        lines += [f"  {e}" for e in entries]
     return "\n".join(lines)
+
+
+def exclude_entry(row, record: dict | None) -> str | None:
+    """A ready-to-paste exclude rule (one YAML line) for a deterministic failure with a known signature."""
+    if not record or (record.get("signature") not in REPRODUCING_SIGNATURES and record.get("transient", True)):
+        return None
+    cause = (record.get("evidence") or [record.get("reason", "")])[0]
+    reason = f"{record.get('signature') or record.get('class')}: {cause}"[:200]
+    rule = {"tp": int(row.tp), "budget": int(row.budget), "context": int(row.context)}
+    if record.get("compute_capability"):
+        rule["compute_capability"] = record["compute_capability"]
+    rule["reason"] = reason
+    return "- " + json.dumps(rule)  # JSON is YAML: one line, quoting done right

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import aggregate, command, config, hostload, provision, results, signatures
+from . import aggregate, command, config, hardware, hostload, provision, results, signatures
 from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
 
 
@@ -149,6 +149,7 @@ def cmd_run(args) -> int:
             attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
             log_tail=signatures.log_tail(server_log, start=log_start),
         )
+        record["compute_capability"] = hardware.local_compute_capability()  # where it failed, for exclusions
         hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
         path = _write_failure(args.failures_dir, json.loads(command.redact_text(json.dumps(record), hidden)))
         say(spec, f"FAILED [{exc.failure_class}] {command.redact_text(exc.reason, hidden)}")
@@ -260,7 +261,7 @@ def cmd_aggregate(args) -> int:
     if args.quarantine is not None:
         aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
     aggregate.write_summary(frame, args.csv, args.failed)
-    report = aggregate.failure_report(frame)
+    report = aggregate.failure_report(frame, args.failures)
     if report:
         print(report, file=sys.stderr)
     return 0

@@ -13,7 +13,8 @@ import string
 
 from .errors import ConfigError
 
-PLACEHOLDERS = ("binary", "model", "host", "port", "ctx_size", "slots", "threads", "tp", "budget", "api_key")
+PLACEHOLDERS = ("binary", "model", "host", "port", "ctx_size", "slots", "threads", "tp", "budget", "api_key",
+                "scratch")
 REDACTED = "<redacted>"
 # A flag or variable whose last word names a credential: --api-key, --hf-token, HF_TOKEN=...
 # Whole words only: --tokenizer, --num-speculative-tokens and --token-delay are not secrets.

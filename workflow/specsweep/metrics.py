@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .backends import Backend, llama_server
+from .backends import Backend
 from .client import RequestRecord
 
 PERCENTILES = (50, 90, 99)
@@ -34,7 +34,7 @@ def distribution(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dict[str, float],
-                    backend: Backend = llama_server.BACKEND) -> dict:
+                    backend: Backend) -> dict:
     """Section statistics over its repeats: ``runs`` holds (records, wall time) per repeat.
 
     Throughput is total tokens over total wall time, with every repeat's own figure kept for

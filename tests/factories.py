@@ -34,7 +34,7 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
             runs.append((records, records[-1].t_end - records[0].t_send))
         stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), **stats,
-                         "records": [runner._record_doc(r) for recs, _ in runs for r in recs]})
+                         "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {}, "prompts": {}, "sections": sections}
-    return runner._result_doc(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
-                              started_at="t0", startup_s=1.0, job_s=2.0)
+    return runner.build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
+                               started_at="t0", startup_s=1.0, job_s=2.0).to_json()

@@ -1,8 +1,5 @@
-"""The versioned result document and failure record: build, validate, write atomically.
-
-Result schema history:
-  1 - first version: spec, server, per-section metrics with raw per-request records.
-"""
+"""Files of a study: atomic writes, reading result documents (their model is document.Result),
+failure records, and the history of every result ever measured."""
 
 from __future__ import annotations
 
@@ -14,14 +11,13 @@ from pathlib import Path
 
 from .errors import ResultWriteError
 
-RESULT_SCHEMA = "specsweep.result"
-RESULT_VERSION = 1
+from .document import SCHEMA as RESULT_SCHEMA
+from .document import VERSION as RESULT_VERSION
+from .document import InvalidResult, Result
+
 FAILURE_SCHEMA = "specsweep.failure"
 FAILURE_VERSION = 1
-
-
-class InvalidResult(ValueError):
-    """A result file that must not be aggregated; the message says why."""
+__all__ = ["RESULT_SCHEMA", "RESULT_VERSION", "InvalidResult", "Result"]
 
 
 def utc_now() -> str:
@@ -73,49 +69,23 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def load_result(path: Path) -> dict:
-    """Read and validate a result file; raise InvalidResult naming the problem."""
+def read_result(path: Path) -> Result:
+    """Read, validate (and migrate) a result file; raise InvalidResult naming the problem."""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InvalidResult(f"{path}: unreadable: {exc}") from exc
-    validate_result(doc)
-    return doc
+    return Result.from_json(doc)
+
+
+def load_result(path: Path) -> dict:
+    """A result file as the current version's JSON document, validated."""
+    return read_result(path).to_json()
 
 
 def validate_result(doc: dict) -> None:
-    """Check the invariants every aggregated number relies on."""
-    if doc.get("schema") != RESULT_SCHEMA:
-        raise InvalidResult(f"not a specsweep result (schema={doc.get('schema')!r})")
-    version = doc.get("schema_version")
-    if version != RESULT_VERSION:
-        raise InvalidResult(
-            f"result schema version {version}, this specsweep reads {RESULT_VERSION}; "
-            f"re-run the configuration or use a matching specsweep version"
-        )
-    sections = doc.get("sections") or []
-    expected = [s["name"] for s in doc["spec"]["sections"]]
-    if [s.get("name") for s in sections] != expected:
-        raise InvalidResult(f"sections {[s.get('name') for s in sections]} do not match the spec's {expected}")
-    for spec_section, section in zip(doc["spec"]["sections"], sections):
-        _validate_section(spec_section, section, doc["spec"].get("repeats", 1))
-
-
-def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:
-    name = section["name"]
-    records = section.get("records") or []
-    expected = spec_section["requests"] * repeats
-    if len(records) != expected or section.get("requests") != expected:
-        raise InvalidResult(f"section {name}: {len(records)} records, {expected} requested")
-    for rec in records:
-        if rec["output_tokens"] != spec_section["output_tokens"]:
-            raise InvalidResult(f"section {name}: a request produced {rec['output_tokens']} tokens")
-    total = sum(r["output_tokens"] for r in records)
-    if section.get("output_tokens") != total or total <= 0:
-        raise InvalidResult(f"section {name}: output_tokens {section.get('output_tokens')} != records' {total}")
-    rate = section.get("output_tok_s")
-    if not (isinstance(rate, (int, float)) and rate > 0 and section.get("wall_s", 0) > 0):
-        raise InvalidResult(f"section {name}: throughput {rate!r} is not a positive number")
+    """Raise InvalidResult unless the document is a result aggregation can use."""
+    Result.from_json(doc)
 
 
 def failure_record(*, name: str, spec: dict, error, started_at: str, attempt: int, server_log: str | None,
@@ -170,7 +140,7 @@ def latest_failure(failures_dir: Path, name: str) -> dict | None:
     return None
 
 
-def archive_runs(runs_dir: Path, history_dir: Path) -> int:
+def archive_runs(runs_dir: Path, history_dir: Path, *, only: Path | None = None) -> int:
     """Hard-link every result into history_dir/<name>/<sha256>.json; return how many were new.
 
     Snakemake deletes a job's old output before it reruns it (after a params change, say), so a
@@ -180,7 +150,7 @@ def archive_runs(runs_dir: Path, history_dir: Path) -> int:
     import hashlib
 
     added = 0
-    for path in sorted(Path(runs_dir).glob("*.json")):
+    for path in [Path(only)] if only else sorted(Path(runs_dir).glob("*.json")):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         target = Path(history_dir) / path.stem / f"{digest}.json"
         if target.exists():

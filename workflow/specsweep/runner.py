@@ -12,12 +12,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import __version__, backends, client, command, devices, hardware, hostload, metrics, probes, workload
+from . import __version__, backends, client, command, devices, hardware, hostload, metrics, probes, provenance, workload
 from .config import RunSpec, Section
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .hostload import Guard
 from .prompts import read_prompts_file
-from .results import RESULT_SCHEMA, RESULT_VERSION, utc_now, validate_result, write_json_atomic
+from .document import Result
+from .results import utc_now, write_json_atomic
 from .server import ServerProcess
 
 def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
@@ -161,10 +162,12 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             measured = _measure(spec, server, guard, lease.gpus)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                      "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
-        doc = _result_doc(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
-                          startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation, hardware=hw,
-                          env=command.redact_env(server.env, secrets(spec)))
-        validate_result(doc)  # the same check aggregation applies: never write what it would refuse
+        result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
+                              startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation,
+                              hardware=hw, env=command.redact_env(server.env, secrets(spec)),
+                              provenance=provenance.collect(secrets(spec)))
+        doc = result.to_json()
+        Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
         write_json_atomic(out, doc)
         say(spec, f"result written to {out}")
     return doc
@@ -232,7 +235,7 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pro
               f"(guard {watch.guard.max_foreign_cores:g})")
     return {"name": section.name, **asdict(section), **stats, "host_load": load,
             "started_at": started_at, "finished_at": finished_at,
-            "records": [_record_doc(r) for recs, _ in runs for r in recs]}
+            "records": [record_doc(r) for recs, _ in runs for r in recs]}
 
 
 def _check_counters(name: str, stats: dict, counter: str | None) -> None:
@@ -255,22 +258,22 @@ def _check_schedule(spec: RunSpec, name: str, stats: dict) -> None:
         )
 
 
-def _record_doc(record: client.RequestRecord) -> dict:
+def record_doc(record: client.RequestRecord) -> dict:
     """The raw record plus its derived figures, so every statistic can be recomputed."""
     return {**asdict(record), "ttft_s": record.ttft_s, "tpot_s": record.tpot_s, "e2e_s": record.e2e_s,
             "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def _result_doc(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
-                isolation: dict | None = None, hardware: dict | None = None, env: dict | None = None) -> dict:
+def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
+                 isolation: dict | None = None, hardware: dict | None = None, env: dict | None = None,
+                 provenance: dict | None = None) -> Result:
+    """The result document of one measured configuration."""
     sections = measured["sections"]
-    return {
-        "schema": RESULT_SCHEMA,
-        "schema_version": RESULT_VERSION,
-        "name": spec.name,
-        "specsweep_version": __version__,
-        "spec": asdict(spec),
-        "server": {
+    return Result(
+        name=spec.name,
+        specsweep_version=__version__,
+        spec=asdict(spec),
+        server={
             "backend": spec.backend,
             "command": argv,
             "env": env or {},
@@ -280,15 +283,15 @@ def _result_doc(spec: RunSpec, *, argv, facts: backends.Facts, measured, started
             "total_slots": facts.total_slots,
             "reported": facts.detail,
         },
-        "model": model_facts(spec.model_path),
-        "host": {"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},
-        "hardware": hardware,
-        "started_at": started_at,
-        "finished_at": utc_now(),
-        "timing": {"startup_s": startup_s, "job_s": job_s,
-                   "sections_s": sum(s["wall_s"] for s in sections)},
-        "isolation": isolation,
-        "warmup": measured["warmup"],
-        "prompts": measured["prompts"],
-        "sections": sections,
-    }
+        model=model_facts(spec.model_path),
+        host={"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},
+        hardware=hardware,
+        provenance=provenance or {},
+        started_at=started_at,
+        finished_at=utc_now(),
+        timing={"startup_s": startup_s, "job_s": job_s, "sections_s": sum(s["wall_s"] for s in sections)},
+        isolation=isolation,
+        warmup=measured["warmup"],
+        prompts=measured["prompts"],
+        sections=sections,
+    )

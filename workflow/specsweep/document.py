@@ -1,0 +1,132 @@
+"""The result document of one configuration: its one owner.
+
+Built by the runner, written and read only through ``Result.to_json`` / ``Result.from_json``,
+validated on the way in, and asked by aggregation for the summary rows it contributes and the
+provenance it must share with the others it is summarised with.
+
+Schema history (``schema_version``):
+  1 - spec, server, model, host, timing, isolation, warmup, prompts, sections with raw records.
+  2 - adds ``provenance`` (code, invocation, study config, environment, packages) and
+      ``hardware``. A version-1 file is migrated on read: both are empty and
+      ``provenance.migrated_from`` says so; it is comparable only with others like it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA = "specsweep.result"
+VERSION = 2
+READS = (1, 2)
+
+
+class InvalidResult(ValueError):
+    """A result file that must not be aggregated; the message says why."""
+
+
+@dataclass
+class Result:
+    name: str
+    specsweep_version: str
+    spec: dict
+    server: dict
+    model: dict
+    host: dict
+    started_at: str
+    finished_at: str
+    timing: dict
+    warmup: dict
+    prompts: dict
+    sections: list[dict]
+    isolation: dict | None = None
+    hardware: dict | None = None
+    provenance: dict = field(default_factory=dict)
+
+    # --- JSON ---------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        doc: dict[str, Any] = {"schema": SCHEMA, "schema_version": VERSION}
+        doc.update({f.name: getattr(self, f.name) for f in fields(self)})
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Result:
+        """Validate (and migrate an older version of) a parsed result file."""
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise InvalidResult(f"not a specsweep result (schema={found!r})")
+        version = doc.get("schema_version")
+        if version not in READS:
+            raise InvalidResult(f"result schema version {version}, this specsweep reads {', '.join(map(str, READS))}; "
+                                f"re-run the configuration or use a matching specsweep version")
+        body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
+        if version == 1:
+            body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
+        names = {f.name for f in fields(cls)}
+        missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance"))
+        if missing:
+            raise InvalidResult(f"result lacks {', '.join(missing)}")
+        result = cls(**{k: v for k, v in body.items() if k in names})
+        result.validate()
+        return result
+
+    # --- invariants every aggregated number relies on ---------------------------------------
+    def validate(self) -> None:
+        expected = [s["name"] for s in self.spec["sections"]]
+        got = [s.get("name") for s in self.sections]
+        if got != expected:
+            raise InvalidResult(f"sections {got} do not match the spec's {expected}")
+        for spec_section, section in zip(self.spec["sections"], self.sections):
+            _validate_section(spec_section, section, self.spec.get("repeats", 1))
+
+    # --- what aggregation reads ----------------------------------------------------------------
+    def summary_rows(self) -> list[dict]:
+        """One row per section: the columns of results/summary.csv this result fills."""
+        return [{"section": s["name"], **_metrics(s)} for s in self.sections]
+
+    def comparability(self) -> dict[str, str]:
+        """What must be equal for two results to share one summary (as pyperf refuses to mix)."""
+        hw = self.hardware or {}
+        gpus = ",".join(sorted({g.get("name", "?") for g in hw.get("gpus", [])}))
+        return {
+            "study": self.spec.get("study", "?"),
+            "model": self.model.get("sha256") or self.model.get("hub_id") or self.model.get("path", "?"),
+            "server version": str(self.server.get("version")),
+            "host class": f"{self.host.get('machine')} / {hw.get('cpu_model', '?')} x{hw.get('logical_cores', '?')}"
+                          + (f" / {gpus}" if gpus else ""),
+        }
+
+
+def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:
+    name = section["name"]
+    records = section.get("records") or []
+    expected = spec_section["requests"] * repeats
+    if len(records) != expected or section.get("requests") != expected:
+        raise InvalidResult(f"section {name}: {len(records)} records, {expected} requested")
+    for rec in records:
+        if rec["output_tokens"] != spec_section["output_tokens"]:
+            raise InvalidResult(f"section {name}: a request produced {rec['output_tokens']} tokens")
+    total = sum(r["output_tokens"] for r in records)
+    if section.get("output_tokens") != total or total <= 0:
+        raise InvalidResult(f"section {name}: output_tokens {section.get('output_tokens')} != records' {total}")
+    rate = section.get("output_tok_s")
+    if not (isinstance(rate, (int, float)) and rate > 0 and section.get("wall_s", 0) > 0):
+        raise InvalidResult(f"section {name}: throughput {rate!r} is not a positive number")
+
+
+def _metrics(section: dict) -> dict:
+    ttft, e2e, dec = section["ttft_s"], section["e2e_s"], section["decode_tok_s"]
+    tpot, itl = section["tpot_s"], section["itl_s"]
+    return {
+        "requests": section["requests"], "repeats": section["repeats"], "output_tokens": section["output_tokens"],
+        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"],
+        "output_tok_s_min": section["output_tok_s_min"], "output_tok_s_max": section["output_tok_s_max"],
+        "request_s": section["request_s"],
+        "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
+        "tpot_p50_s": tpot["p50"], "tpot_p99_s": tpot["p99"], "itl_p50_s": itl["p50"], "itl_p99_s": itl["p99"],
+        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"], "schedule_lag_p99_s": section["schedule_lag_s"]["p99"],
+        "decode_tok_s_mean": dec["mean"], "decode_tok_s_p50": dec["p50"],
+        "decode_tok_s_min": dec["min"], "decode_tok_s_max": dec["max"],
+        "draft_acceptance_rate": section["draft_acceptance_rate"],
+        "acceptance_length": section["acceptance_length"],
+    }

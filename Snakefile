@@ -15,6 +15,11 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/compare.smk"
 
 
+# The report's first page: the answer (best budgets) once the main command has run, else a page
+# that says how to get one. `snakemake --report report.html` works either way.
+report: get_front_page()
+
+
 rule all:
     default_target: True
     input:
@@ -31,6 +36,7 @@ localrules:
     summary_table,
     summary_plot,
     compare,
+    archive,
 
 
 onstart:

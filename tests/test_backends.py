@@ -308,6 +308,8 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": [
             {"name": "short", "output_tokens": 16, "requests": 2},
             {"name": "long", "output_tokens": 48, "requests": 1}]},
+        # These tests are about the wire format; the quiet-host guard is tested in test_isolation*.
+        "guard": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))

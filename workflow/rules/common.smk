@@ -1,8 +1,10 @@
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 
-from specsweep import aggregate, config as study
+from specsweep import aggregate, provenance, config as study
 from specsweep.errors import ConfigError
 
 # The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
@@ -26,6 +28,13 @@ except ConfigError as exc:
 #   thresholds judge a measurement but do not define it: as a param, tuning them would rerun
 #   every finished configuration.
 PYTHON = sys.executable
+
+# Every job records the exact command it ran under and the study config's hash (provenance).
+# setdefault: a cluster job re-reads this file under its own internal command line.
+os.environ.setdefault(
+    provenance.INVOCATION_ENV, shlex.join(["snakemake", *sys.argv[1:]])
+)
+os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
 GUARD = json.dumps(config["guard"], sort_keys=True)
 
 
@@ -105,6 +114,22 @@ def get_compare_baseline(wildcards):
             'the study to compare against, e.g. --config \'compare={"baseline": "../old/results"}\''
         )
     return baseline
+
+
+def reported(path, **flags):
+    """``report(path, ...)`` once the file exists, the plain path before.
+
+    Snakemake refuses to build a report while a flagged file is missing, so a report asked for
+    right after a dry run (nothing measured) would fail; unflagged, it shows the first page
+    saying what to run.
+    """
+    return report(path, **flags) if Path(str(path)).exists() else path
+
+
+def get_front_page():
+    """The generated first page of the report if the main command has run, else the static one."""
+    front = Path("results/report/front.rst")
+    return str(front.resolve()) if front.is_file() else "workflow/report/workflow.rst"
 
 
 def get_plot_title(wildcards):

@@ -4,7 +4,7 @@ rule compare:
     output:
         csv="results/compare/summary.csv",
         regressions="results/compare/regressions.csv",
-        png=report(
+        png=reported(
             "results/compare/ratio.png",
             caption="../report/compare.rst",
             category="Comparison",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from .config import RunSpec, axis_matches, expand_grid
-from .errors import ResultRefused
-from .results import (InvalidResult, failure_record, latest_failure, load_result, next_attempt, utc_now,
+from .errors import IncomparableResults, ResultRefused
+from .results import (InvalidResult, failure_record, latest_failure, next_attempt, read_result, utc_now,
                       write_failure, write_text_atomic)
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
@@ -65,10 +65,10 @@ def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -
     path = runs_dir / f"{spec.name}.json"
     if path.exists():
         try:
-            doc = load_result(path)
+            result = read_result(path)
         except InvalidResult as exc:
             return _status_rows(base, spec, INVALID, str(exc))
-        return [{**base, "section": s["name"], "status": OK, "reason": "", **_metrics(s)} for s in doc["sections"]]
+        return [{**base, "status": OK, "reason": "", **row} for row in result.summary_rows()]
     failure = latest_failure(failures_dir, spec.name)
     if failure is not None:
         return _status_rows(base, spec, FAILED, f"[{failure['class']}] {failure['reason']}")
@@ -77,24 +77,6 @@ def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -
 
 def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[dict]:
     return [{**base, "section": s.name, "status": status, "reason": reason} for s in spec.sections]
-
-
-def _metrics(section: dict) -> dict:
-    ttft, e2e, dec = section["ttft_s"], section["e2e_s"], section["decode_tok_s"]
-    tpot, itl = section["tpot_s"], section["itl_s"]
-    return {
-        "requests": section["requests"], "repeats": section["repeats"], "output_tokens": section["output_tokens"],
-        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"],
-        "output_tok_s_min": section["output_tok_s_min"], "output_tok_s_max": section["output_tok_s_max"],
-        "request_s": section["request_s"],
-        "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
-        "tpot_p50_s": tpot["p50"], "tpot_p99_s": tpot["p99"], "itl_p50_s": itl["p50"], "itl_p99_s": itl["p99"],
-        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"], "schedule_lag_p99_s": section["schedule_lag_s"]["p99"],
-        "decode_tok_s_mean": dec["mean"], "decode_tok_s_p50": dec["p50"],
-        "decode_tok_s_min": dec["min"], "decode_tok_s_max": dec["max"],
-        "draft_acceptance_rate": section["draft_acceptance_rate"],
-        "acceptance_length": section["acceptance_length"],
-    }
 
 
 def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
@@ -113,6 +95,32 @@ def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
     frame["speedup_min"] = frame["output_tok_s_min"].astype("float64") / baseline
     frame["speedup_max"] = frame["output_tok_s_max"].astype("float64") / baseline
     return frame
+
+
+def check_comparable(config: dict, runs_dir: Path) -> None:
+    """Refuse to summarise results of different models, server versions, host classes or studies.
+
+    A summary mixes them silently otherwise (pyperf refuses the same way); the message names
+    the files on each side so the odd ones can be moved aside and measured again.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    for spec in expand_grid(config):
+        path = Path(runs_dir) / f"{spec.name}.json"
+        try:
+            facts = read_result(path).comparability()
+        except (InvalidResult, FileNotFoundError):
+            continue
+        for key, value in facts.items():
+            groups.setdefault(key, {}).setdefault(value, []).append(path.name)
+    differ = {key: values for key, values in groups.items() if len(values) > 1}
+    if differ:
+        lines = [f"{key}: " + "; ".join(f"{value!r} in {', '.join(names)}" for value, names in values.items())
+                 for key, values in differ.items()]
+        raise IncomparableResults(
+            "results of different provenance cannot share one summary:\n  " + "\n  ".join(lines)
+            + f"\nMove the files measured under the other conditions out of {runs_dir} (they are then "
+            "measured again), or keep them as a study of their own."
+        )
 
 
 def not_ok(frame: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+import yaml
+
 from . import aggregate, command, config, hardware, hostload, provision, results, signatures
 from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
 
@@ -96,6 +98,35 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-fail", action="store_true", help="exit 0 even when regressions are found")
     comp.set_defaults(func=cmd_compare)
 
+    rep = sub.add_parser("report-data", help="best budgets, front page, failures and configuration pages")
+    _add_study_args(rep)
+    rep.add_argument("--summary", type=Path, default=Path("results/summary.csv"))
+    rep.add_argument("--runs", type=Path, default=Path("results/runs"))
+    rep.add_argument("--failures", type=Path, default=Path("results/failures"))
+    rep.add_argument("--best", type=Path, default=Path("results/best.csv"))
+    rep.add_argument("--front", type=Path, default=Path("results/report/front.rst"))
+    rep.add_argument("--failures-page", type=Path, default=Path("results/report/failures.html"))
+    rep.add_argument("--pages", type=Path, default=Path("results/report/configurations"))
+    rep.add_argument("--study-config", type=Path, default=Path("results/study/config.yaml"))
+    rep.add_argument("--summary-page", type=Path, default=Path("results/report/summary.html"))
+    rep.add_argument("--best-page", type=Path, default=Path("results/report/best.html"))
+    rep.add_argument("--study-page", type=Path, default=Path("results/report/study.html"))
+    rep.set_defaults(func=cmd_report_data)
+
+    arc = sub.add_parser("archive", help="pack the study (config, code, environment, results, logs) in one file")
+    _add_study_args(arc)
+    arc.add_argument("--out", type=Path, default=Path("results/study.tar.gz"))
+    arc.set_defaults(func=cmd_archive)
+
+    ver = sub.add_parser("verify", help="check an unpacked study archive (or the .tar.gz) against its manifest")
+    ver.add_argument("folder", type=Path)
+    ver.set_defaults(func=cmd_verify)
+
+    reb = sub.add_parser("rebuild", help="the summary table again from an unpacked archive's raw results")
+    reb.add_argument("folder", type=Path)
+    reb.add_argument("--out", type=Path, required=True)
+    reb.set_defaults(func=cmd_rebuild)
+
     grid = sub.add_parser("grid", help="list the configurations of a study")
     _add_study_args(grid)
     grid.set_defaults(func=cmd_grid)
@@ -140,6 +171,7 @@ def cmd_run(args) -> int:
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
         run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port)
+        _keep_in_history(spec, out)
         return 0
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
         exc = caught if isinstance(caught, SpecsweepError) else InternalError(
@@ -155,6 +187,16 @@ def cmd_run(args) -> int:
         say(spec, f"FAILED [{exc.failure_class}] {command.redact_text(exc.reason, hidden)}")
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
+
+
+def _keep_in_history(spec: config.RunSpec, out: Path) -> None:
+    """A copy under results/history/ from the moment it exists; a failure here never costs the result."""
+    from .runner import say
+
+    try:
+        results.archive_runs(out.parent, out.parent.parent / "history", only=out)
+    except OSError as exc:
+        say(spec, f"could not keep a copy in {out.parent.parent / 'history'}: {exc}")
 
 
 def _settle_after_noisy_host(failures_dir: Path, spec: config.RunSpec, guard: hostload.Guard) -> None:
@@ -260,6 +302,7 @@ def cmd_aggregate(args) -> int:
     frame = aggregate.summarize(study, args.runs, args.failures)
     if args.quarantine is not None:
         aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
+    aggregate.check_comparable(study, args.runs)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = aggregate.failure_report(frame, args.failures)
     if report:
@@ -302,6 +345,52 @@ def cmd_compare(args) -> int:
         print(message, file=sys.stderr)
         return 0
     raise RegressionFound(message)
+
+
+def cmd_report_data(args) -> int:
+    import pandas as pd
+
+    from . import report
+
+    frame = pd.read_csv(args.summary, keep_default_na=True).fillna({"reason": ""})
+    from .archive import frozen_config
+
+    study = _study(args)
+    study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
+    results.write_text_atomic(args.study_config, study_yaml)
+    report.write_all(study, frame, runs_dir=args.runs, failures_dir=args.failures, best_csv=args.best,
+                     front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
+                     tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
+    return 0
+
+
+def cmd_archive(args) -> int:
+    from . import archive
+
+    manifest = archive.build(_study(args), args.out)
+    print(f"{args.out}: {len(manifest)} files; unpack it and read study/REPRODUCE.md")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    import tempfile
+
+    from . import archive
+
+    if args.folder.is_file():  # the .tar.gz itself
+        with tempfile.TemporaryDirectory() as tmp:
+            count = archive.verify(archive.unpack(args.folder, Path(tmp)))
+    else:
+        count = archive.verify(args.folder)
+    print(f"{args.folder}: all {count} files match the manifest")
+    return 0
+
+
+def cmd_rebuild(args) -> int:
+    from . import archive
+
+    print(archive.rebuild_summary(args.folder, args.out))
+    return 0
 
 
 def cmd_grid(args) -> int:

@@ -111,6 +111,27 @@ class ResultRefused(SpecsweepError):
     transient = True
 
 
+class IncomparableResults(SpecsweepError):
+    """Results of different models, server versions, host classes or studies in one folder."""
+
+    failure_class = "incomparable-results"
+    exit_code = 23
+
+
+class InconsistentStudy(SpecsweepError):
+    """The study folder cannot be archived as one study (missing, stale or mixed results)."""
+
+    failure_class = "inconsistent-study"
+    exit_code = 24
+
+
+class VerifyFailed(SpecsweepError):
+    """An unpacked archive does not match its checksum manifest."""
+
+    failure_class = "verify-failed"
+    exit_code = 25
+
+
 class RegressionFound(SpecsweepError):
     """`specsweep compare`: B is significantly slower than A beyond the threshold, or newly fails."""
 

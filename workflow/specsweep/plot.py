@@ -25,7 +25,9 @@ from .aggregate import EXCLUDED, OK, not_ok  # noqa: E402
 LABELS = {
     "output_tok_s": "output tok/s (section wall time)",
     "speedup": "speedup over budget 0\n(< 1: slower than no speculation)",
+    "acceptance_length": "acceptance length\n(tokens per verification step)",
 }
+SPREAD = {"output_tok_s": ("output_tok_s_min", "output_tok_s_max"), "speedup": ("speedup_min", "speedup_max")}
 STATUS_MARKS = {EXCLUDED: ("o", "grey", "excluded"), "default": ("X", "crimson", "failed / no result")}
 TP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
 
@@ -36,14 +38,14 @@ def tp_style(tps: list[int]) -> dict[int, tuple[str, str]]:
 
 
 def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
-    """Write the two-row figure (tok/s; speedup) with one column per section."""
+    """Write the three-row figure (tok/s; speedup; acceptance length) with one column per section."""
     sections = list(dict.fromkeys(frame["section"]))
     contexts = sorted(frame["context"].unique())
     palette = dict(zip(contexts, sns.color_palette("viridis", len(contexts))))
     budgets = sorted(frame["budget"].unique())
     styles = tp_style(list(frame["tp"].unique()))
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(2, len(sections), figsize=(4.6 * len(sections), 8.2), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(3, len(sections), figsize=(4.6 * len(sections), 11.0), squeeze=False, sharex=True)
     ok = frame[frame["status"] == OK]
     for col, section in enumerate(sections):
         part = ok[ok["section"] == section]
@@ -51,13 +53,18 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
         _panel(axes[1, col], part.dropna(subset=["speedup"]), "speedup", palette, styles, budgets,
                f"{section}: speedup over budget 0")
         axes[1, col].axhline(1.0, color="black", lw=1, ls="--")
+        _panel(axes[2, col], part.dropna(subset=["acceptance_length"]), "acceptance_length", palette, styles, budgets,
+               f"{section}: acceptance length")
+        if part["acceptance_length"].isna().all():
+            axes[2, col].text(0.5, 0.5, "no drafts made (or not reported)", transform=axes[2, col].transAxes,
+                              ha="center", va="center", color="grey")
         _mark_missing(axes[0, col], frame[(frame["section"] == section) & (frame["status"] != OK)], palette)
     _legend(fig, axes, palette, styles)
     n_bad = len(not_ok(frame))
     fig.suptitle(f"{title}\n{frame['name'].nunique() - n_bad} configurations measured, {n_bad} without result",
                  fontsize=12, y=0.995)
     footer = _footer(frame)
-    _save(fig, out, footer, top=0.89)
+    _save(fig, out, footer, top=0.91)
 
 
 def _save(fig, out: Path, footer: str, *, top: float) -> None:
@@ -72,10 +79,11 @@ def _save(fig, out: Path, footer: str, *, top: float) -> None:
 
 def _panel(ax, part: pd.DataFrame, column: str, palette, styles, budgets, title: str) -> None:
     """Mean per budget, one line per (tp, context), with the repeats' min-max as error bars."""
-    low, high = (f"{column}_min", f"{column}_max") if column == "speedup" else ("output_tok_s_min", "output_tok_s_max")
+    low, high = SPREAD.get(column, (None, None))
     for (tp, context), group in part.groupby(["tp", "context"]):
         group = group.sort_values("budget")
-        yerr = [(group[column] - group[low]).clip(lower=0), (group[high] - group[column]).clip(lower=0)]
+        yerr = None if low is None else [(group[column] - group[low]).clip(lower=0),
+                                         (group[high] - group[column]).clip(lower=0)]
         line, marker = styles[tp]
         ax.errorbar(group["budget"], group[column], yerr=yerr, marker=marker, ls=line, capsize=4,
                     color=palette[context], label=f"tp {tp}, ctx {context}")

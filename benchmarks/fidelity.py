@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specsweep import client, metrics, probes, provision, workload
 from specsweep.config import Section, expand_grid, load_study, validate_study
-from specsweep.runner import server_argv
+from specsweep.launch import server_argv
 from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import REPO, load
 
-from specsweep import aggregate, backends, client, config, devices, probes, runner
+from specsweep import aggregate, backends, client, config, devices, launch, probes, runner
 from specsweep.errors import ConfigError, Excluded, InvalidResponse
 
 STANDIN = str(REPO / "tests" / "sglang_standin.py")
@@ -37,7 +37,7 @@ def test_golden_argv_of_every_backend_default():
                  "grid": {"budget": [0, 4], "tp": [1, 2], "context": [128]}}
         if backend == "llama-server":  # its default has no {tp}: one tp only
             study["grid"]["tp"] = [2]
-        return runner.server_argv(spec_of(study, "tp2-b4-ctx128"), 8000, scratch="/s")
+        return launch.server_argv(spec_of(study, "tp2-b4-ctx128"), 8000, scratch="/s")
 
     assert argv("llama-server", "/m.gguf") == [
         "PY", "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "8000", "-c", "404", "-np", "1", "-t", "2",
@@ -57,31 +57,31 @@ def test_golden_argv_of_every_backend_default():
 def test_golden_argv_and_env_of_the_example_studies():
     ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
     spec = config.find_spec(ddtree, "tp2-b15-ctx25000")
-    assert runner.server_argv(spec, 8000, scratch="/s") == [
+    assert launch.server_argv(spec, 8000, scratch="/s") == [
         "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
         "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000",
         "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
-    assert runner.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+    assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
     assert spec.gpu and spec.backend == "sglang" and spec.context + 2048 <= spec.context_limit
     assert [s.output_tokens for s in spec.sections] == [256, 1024, 2048]
     assert sorted(ddtree["grid"]["budget"]) == [0, 8, 12, 15, 16, 32, 64] and ddtree["grid"]["tp"] == [1, 2]
     baseline = config.find_spec(ddtree, "tp1-b0-ctx25000")
-    assert "--speculative-algorithm" not in runner.server_argv(baseline, 8000)
+    assert "--speculative-algorithm" not in launch.server_argv(baseline, 8000)
 
     eagle = config.find_spec(config.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
-    assert runner.server_argv(eagle, 8000) == [
+    assert launch.server_argv(eagle, 8000) == [
         "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-8B",
         "--tensor-parallel-size", "2", "--max-model-len", "4116", "--host", "127.0.0.1", "--port", "8000",
         "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log", "--speculative-config",
         '{"method": "eagle3", "model": "/models/Qwen3-8B-EAGLE3", "num_speculative_tokens": 4}']
-    assert json.loads(runner.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
+    assert json.loads(launch.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
 
     cpu = config.find_spec(config.load_study(REPO / "config" / "vllm-cpu.yaml"), "tp1-b4-ctx128")
     resolved = cpu.resolved(binary="/venv/bin/python", model_path="/cache/tiny")
-    assert runner.server_argv(resolved, 8000, scratch="/s")[:4] == [
+    assert launch.server_argv(resolved, 8000, scratch="/s")[:4] == [
         "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    assert runner.server_env(resolved, 8000, scratch="/s")["VLLM_CACHE_ROOT"] == "/s/cache"
+    assert launch.server_env(resolved, 8000, scratch="/s")["VLLM_CACHE_ROOT"] == "/s/cache"
 
 
 def test_the_plan_shows_the_command_each_job_launches():

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import tarfile
@@ -94,7 +95,8 @@ def test_an_older_result_is_migrated_and_a_newer_one_refused():
 
 # --- a real study: report, archive, reproduction, secrets ------------------------------------------
 
-KEY, HF, ENV_SECRET = "sk-planted-api-key-71c3", "hf_planted_token_42aa", "planted-vllm-key-9e"
+# Made at run time: a literal here would be found in the archive's copy of this very file.
+KEY, HF, ENV_SECRET = (f"{prefix}{secrets.token_hex(8)}" for prefix in ("sk-planted-", "hf_planted_", "vllm-planted-"))
 
 
 @pytest.fixture(scope="module")

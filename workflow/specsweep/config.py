@@ -344,7 +344,7 @@ def shown_command(spec: RunSpec) -> str:
     """The launch command as a plan shows it: rendered, with what is known only at run time named."""
     import shlex
 
-    from .runner import server_argv, server_env
+    from .launch import server_argv, server_env
 
     shown = spec.resolved(binary=f"<embedded {spec.backend}>", model_path="<embedded model>")
     argv = server_argv(shown, "<port>", f"<key from ${spec.api_key_env}>")

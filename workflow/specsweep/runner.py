@@ -12,7 +12,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import __version__, backends, client, command, devices, hardware, hostload, metrics, probes, provenance, workload
+from . import __version__, backends, client, command, devices, hardware, hostload, launch, metrics, provenance, workload
 from .config import RunSpec, Section
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .hostload import Guard
@@ -80,31 +80,6 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
-def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> dict:
-    """What each placeholder of the launch template becomes for this configuration.
-
-    ``scratch``: a folder of this job's own, removed after teardown (TMPDIR, caches).
-    """
-    return {
-        "api_key": key or "", "scratch": scratch,
-        "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
-        "ctx_size": backends.get(spec.backend).ctx_size(spec),
-        "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
-    }
-
-
-def server_argv(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> list[str]:
-    """The launch command: the template with placeholders filled, plus speculation flags."""
-    template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
-    return command.render(template, render_values(spec, port, key, scratch))
-
-
-def server_env(spec: RunSpec, port: int | str, scratch: str = "<scratch>") -> dict[str, str]:
-    """The study's extra environment for the server (server.env), placeholders filled."""
-    values = render_values(spec, port, scratch=scratch)
-    return dict(zip(spec.env, command.render(list(spec.env.values()), values)))
-
-
 HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a minute or more
 
 
@@ -146,9 +121,9 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
         devices.check_exclusions(spec.excluded_on, hw)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
-        server = ServerProcess(server_argv(spec, lease.port, key, scratch), port=lease.port, log_path=server_log,
+        server = ServerProcess(launch.server_argv(spec, lease.port, key, scratch), port=lease.port, log_path=server_log,
                                startup_timeout_s=spec.startup_timeout_s, api_key=key, backend=backend,
-                               env={**server_env(spec, lease.port, scratch), **lease.env()})
+                               env={**launch.server_env(spec, lease.port, scratch), **lease.env()})
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:

@@ -6,20 +6,22 @@ import hashlib
 import os
 import platform
 import sys
-import time
 import tempfile
+import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from . import __version__, backends, client, command, devices, hardware, hostload, launch, metrics, provenance, workload
+from . import (__version__, backends, client, command, devices, hardware, hostload, launch, metrics, provenance,
+               workload)
 from .config import RunSpec, Section
+from .document import Result
 from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
 from .hostload import Guard
 from .prompts import read_prompts_file
-from .document import Result
 from .results import utc_now, write_json_atomic
 from .server import ServerProcess
+
 
 def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
     """Progress on stderr (the job's log), one line each, prefixed with the configuration's name.

@@ -338,11 +338,11 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
     log = (tmp_path / "tp2-b4-ctx64.log").read_text()
     assert f"CUDA_VISIBLE_DEVICES={','.join(doc['isolation']['devices'])}" in log
     assert "SGLANG_DDTREE_MAX_TOPK=8" in log and doc["server"]["env"]["SGLANG_DDTREE_MAX_TOPK"] == "8"
-    for section in doc["sections"]:
+    for section, asked in zip(doc["sections"], doc["spec"]["sections"]):
         records = section["records"]
         tokens = sum(r["output_tokens"] for r in records)
         steps = sum(r["verify_steps"] for r in records)
-        assert tokens == section["output_tokens"] == section["requests"] * section["output_tokens"] // section["requests"]
+        assert tokens == section["output_tokens"] == asked["requests"] * doc["spec"]["repeats"] * asked["output_tokens"]
         # The server's counters agree with its per-request fields, and acceptance comes from the latter.
         assert section["counters"]["sglang:generation_tokens_total"] == tokens
         assert section["counters"]["sglang:spec_verify_calls_total"] == steps

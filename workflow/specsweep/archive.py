@@ -68,7 +68,7 @@ def check_consistent(config: dict, root: Path) -> list[str]:
     try:
         aggregate.check_comparable(config, root / "results" / "runs")
     except SpecsweepError as exc:
-        problems.append(exc.reason.splitlines()[0] + " " + " ".join(exc.reason.splitlines()[1:2]))
+        problems.append(" ".join(exc.reason.splitlines()[:2]))  # what differs, without the advice
     return problems
 
 

@@ -252,8 +252,10 @@ def _run_spec(args) -> config.RunSpec:
         spec = config.find_spec(config.load_study(args.config), args.name)
     server_manifest, model_manifest = args.server_manifest, args.model_manifest
     for path in args.manifests:  # the workflow passes whichever the study needs, in any order
-        doc = _manifest(path, "binary" if "binary" in _read_json(path) else "model")
-        server_manifest, model_manifest = (path, model_manifest) if "binary" in doc else (server_manifest, path)
+        if "binary" in _read_json(path):
+            server_manifest = path
+        else:
+            model_manifest = path
     binary = None
     if spec.binary == config.EMBEDDED:
         manifest = _manifest(server_manifest, "binary")

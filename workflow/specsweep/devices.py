@@ -41,14 +41,10 @@ def host_gpus() -> list[str]:
     override = os.environ.get("SPECSWEEP_GPUS")
     if override is not None:
         return [g.strip() for g in override.split(",") if g.strip()]
+    lib = hardware.nvml()
     try:
-        import pynvml  # optional: only GPU hosts have it
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-        return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:  # no driver, no device: a CPU host
+        return [str(i) for i in range(lib.nvmlDeviceGetCount())] if lib else []
+    except Exception:  # no device NVML can count: a CPU host
         return []
 
 

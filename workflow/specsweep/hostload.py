@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from . import hardware
 from .errors import NoisyHost
 
 Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent pid])
@@ -86,18 +87,14 @@ def gpu_foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
     Inside a container NVML may report host pids that mean nothing here: those are listed with
     ``visible: false`` and do not fail a section, since they cannot be told apart from our own.
     """
-    if not gpus:
-        return []
-    try:
-        import pynvml
-    except ImportError:
+    lib = hardware.nvml() if gpus else None
+    if lib is None:
         return []
     found = []
     try:
-        pynvml.nvmlInit()
         for gpu in gpus:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            handle = lib.nvmlDeviceGetHandleByIndex(int(gpu))
+            for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
                 if proc.pid not in own:
                     found.append({"gpu": gpu, "pid": proc.pid, "visible": psutil.pid_exists(proc.pid),
                                   "used_memory": getattr(proc, "usedGpuMemory", None)})

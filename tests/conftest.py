@@ -5,12 +5,16 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
+from mutation import hits as mutation_hits
 
 from specsweep import config as study
 from specsweep import provision
@@ -18,6 +22,56 @@ from specsweep.config import expand_grid, validate_study
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON_BIN = str(Path(sys.executable).parent)
+
+if mutation_hits.active():  # run by mutmut (tests/mutation/run.py): subprocesses run the mutant too
+    mutation_hits.install(REPO)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    mutation_hits.merge()
+
+
+# --- A test never leaks processes into the next -------------------------------------------------
+# Snakemake, the CLI and the servers it launches are all descendants of this process (a server's
+# own session does not change its parent). A test that ends, fails or times out (pytest-timeout
+# raises inside it, so teardown runs) has what it started killed; a signal that ends pytest
+# itself (CI's SIGTERM, mutmut's SIGXCPU on a timed-out mutant) kills every descendant first.
+
+
+def kill_descendants(spare: set[int] = frozenset()) -> list[str]:
+    """SIGKILL every descendant not in ``spare``, all at once (so none is orphaned first); reap them."""
+    procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare]
+    names = []
+    for proc in procs:
+        try:
+            names.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    return names
+
+
+def _die_with_descendants(signum, _frame) -> None:
+    kill_descendants()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def pytest_configure(config):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU):
+        signal.signal(sig, _die_with_descendants)
+
+
+@pytest.fixture(autouse=True)
+def kill_what_the_test_started():
+    """Processes a test leaves behind are killed at its teardown (and named in a warning)."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    left = kill_descendants(spare=before)
+    if left:
+        warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)}")
 
 
 @pytest.fixture(scope="session", autouse=True)

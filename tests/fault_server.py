@@ -21,6 +21,13 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   badjson-at-request:N   send a malformed JSON event in request N
   small-context          report a slot context of 8 tokens
   escaping-child         start a child in its own session that would outlive the server
+  miscount-at-request:N  count one token more in /metrics than request N streamed
+  unhealthy-after-request:N  /health answers 503 once request N completed (the process runs on)
+  stop-after-request:N   SIGSTOP itself right after request N completed
+  drop-at-request:N      close the connection after a few tokens of request N and serve on
+  no-listen              run without ever listening (a stranger may take the port)
+On SIGTERM the server writes "fault-server: SIGTERM, shutting down" and exits 0 (llama-server, too,
+stops gracefully on SIGTERM): the log then shows whether a stop was graceful or a SIGKILL.
 ``--echo-args`` prints the whole argv at startup (secrets included), as vLLM logs its arguments.
 ``--fault-log FILE`` gets one line "<fault> <time.time()>" the moment a fault fires.
 """
@@ -48,6 +55,7 @@ class State:
         self.delay = delay
         self.requests = 0
         self.tokens_total = 0
+        self.unhealthy = False
         self.lock = threading.Lock()
 
     def fire(self, what: str) -> None:
@@ -74,7 +82,7 @@ def make_handler(state: State):
 
         def do_GET(self):
             if self.path == "/health":
-                if state.fault == "never-ready":
+                if state.fault == "never-ready" or state.unhealthy:
                     return self._json(503, {"error": {"code": 503, "message": "Loading model"}})
                 return self._json(200, {"status": "ok"})
             if self.path == "/props":
@@ -121,11 +129,13 @@ def make_handler(state: State):
             for i in range(1, produced + 1):
                 if here and i == 3:
                     self._mid_stream_fault()
+                    if state.fault == "drop-at-request":
+                        return  # Connection: close: the stream just ends, without its final event
                 self._event({"content": " w", "tokens": [7], "stop": False, "tokens_predicted": i,
                              "tokens_evaluated": n_prompt})
                 time.sleep(state.delay)
             ms = (time.monotonic() - t0) * 1000
-            state.tokens_total += produced
+            state.tokens_total += produced + (1 if here and state.fault == "miscount-at-request" else 0)
             self._event({"content": "", "stop": True, "tokens_predicted": produced, "tokens_evaluated": n_prompt,
                          "stop_type": "limit", "truncated": False,
                          "timings": {"predicted_n": produced, "predicted_ms": ms,
@@ -134,6 +144,12 @@ def make_handler(state: State):
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
                 os.kill(os.getpid(), signal.SIGKILL)
+            if here and state.fault == "unhealthy-after-request":
+                state.fire(state.fault)
+                state.unhealthy = True
+            if here and state.fault == "stop-after-request":
+                state.fire(state.fault)
+                os.kill(os.getpid(), signal.SIGSTOP)
 
         def _openai_complete(self, body: dict) -> None:
             n_predict = int(body.get("max_tokens") or 16)
@@ -171,12 +187,20 @@ def make_handler(state: State):
             elif state.fault == "badjson-at-request":
                 state.fire(state.fault)
                 self.wfile.write(b"data: {not json\n\n")
+            elif state.fault == "drop-at-request":
+                state.fire(state.fault)
+                self.close_connection = True
 
         def _event(self, doc: dict) -> None:
             self.wfile.write(f"data: {json.dumps(doc)}\n\n".encode())
             self.wfile.flush()
 
     return Handler
+
+
+def _graceful_exit(_signum, _frame) -> None:
+    print("fault-server: SIGTERM, shutting down", file=sys.stderr, flush=True)
+    os._exit(0)
 
 
 def main() -> None:
@@ -198,6 +222,11 @@ def main() -> None:
         print("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal instruction was "
               "encountered\nCUDA kernel errors might be asynchronously reported", file=sys.stderr, flush=True)
         sys.exit(1)
+    signal.signal(signal.SIGTERM, _graceful_exit)
+    if state.fault == "no-listen":
+        print("fault-server: running without listening", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
     if state.fault == "escaping-child":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         print(f"fault-server: escaping child pid {child.pid}", file=sys.stderr, flush=True)

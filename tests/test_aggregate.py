@@ -76,11 +76,29 @@ def test_written_tables_and_failure_report(sweep, tmp_path):
 
 
 def test_plot_is_written_with_failures_marked(sweep, tmp_path):
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_rgba
+
     _, frame = sweep
     out = tmp_path / "summary.png"
-    plot_summary(frame, out, title="test")
+    fig = plot_summary(frame, out, title="test")
     assert out.stat().st_size > 20_000
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Each configuration without a result is a mark above its budget at the top edge of every
+    # section's throughput panel (never a point on the axes), grey if excluded, crimson otherwise.
+    expected = sorted((b, "grey" if s == "excluded" else "crimson") for b, s in [(0, "failed"), (8, "excluded"),
+                                                                                (8, "invalid result")])
+    top_row = fig.axes[:3]
+    for ax in top_row:
+        marks = [(x, y, tuple(c.get_facecolor()[0])) for c in ax.collections if isinstance(c, PathCollection)
+                 for x, y in c.get_offsets()]
+        assert all(y == pytest.approx(1.04) for _, y, _ in marks), marks  # axes coordinates: above the data
+        assert sorted((x, color) for x, _, color in marks) == sorted((b, to_rgba(c)) for b, c in expected)
+    footer = fig.texts[-1].get_text()
+    for name, words in [("tp1-b0-ctx1024", "server-died"), ("tp1-b8-ctx1024", "known crash"),
+                        ("tp1-b8-ctx128", "invalid result")]:
+        assert any(name in line and words in line for line in footer.splitlines()), footer
+    assert "3 configurations measured, 3 without result" in fig._suptitle.get_text()
 
 
 def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():

@@ -16,9 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import NAME, fault_study, run_cli
+from conftest import FAULT_SERVER, NAME, fault_study, run_cli, start_cli
 from specsweep import results
 from specsweep.config import expand_grid
+from specsweep.probes import free_port
 
 def server_pid(stderr: str) -> int | None:
     found = re.search(r"server pid (\d+)", stderr)
@@ -58,6 +59,12 @@ CASES = [
     ("error-at-request:2", {}, 14, "invalid-response", "short", ["error event", "injected failure"]),
     ("http500-at-request:2", {}, 14, "invalid-response", "short", ["HTTP 500"]),
     ("badjson-at-request:5", {}, 14, "invalid-response", "medium", ["malformed JSON"]),
+    ("miscount-at-request:3", {}, 14, "invalid-response", "short",
+     ["section short: server counted 17 generated tokens, responses say 16"]),
+    ("unhealthy-after-request:3", {}, 12, "server-died", "short",
+     ["server unhealthy after section short: health check answered HTTP 503"]),
+    ("drop-at-request:4", {}, 14, "invalid-response", "medium",
+     ["connection lost in section medium while the server stayed up", "stream ended without a final event"]),
     ("small-context", {}, 2, "config", None, ["slot context of 8 tokens, a request needs 25"]),
 ]
 
@@ -69,6 +76,15 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
     assert f"FAILED [{cls}]" in err
     if fault == "signature-at-startup":
         assert record["signature"] == "cuda-illegal-instruction"
+    log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
+    # A server still running at teardown is asked to stop (SIGTERM) before SIGKILL; a hung one is not.
+    graceful = fault.split(":")[0] in GRACEFUL
+    assert ("fault-server: SIGTERM, shutting down" in log) == graceful, log
+
+
+# Faults after which the server still runs and answers signals when it is torn down.
+GRACEFUL = {"never-ready", "short-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
+            "miscount-at-request", "unhealthy-after-request", "drop-at-request"}
 
 
 def test_healthy_fault_server_gives_a_valid_result(tmp_path, model):
@@ -84,6 +100,35 @@ def test_child_that_leaves_the_process_group_is_killed_too(tmp_path, model):
     assert rc == 0, err
     child = int(re.search(r"escaping child pid (\d+)", (tmp_path / "server.log").read_text()).group(1))
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_server_that_stops_itself_is_resumed_to_shut_down(tmp_path, model):
+    # SIGSTOP after the short section: the health probe times out while the process exists.
+    rc, err = run_cli(tmp_path, fault_study(model, "stop-after-request:3"))
+    record = assert_clean_failure(tmp_path, rc, err, code=12, cls="server-died", section="short",
+                                  words=["server unhealthy after section short: health check failed"])
+    # Stopped, it could not act on SIGTERM: teardown resumed it (SIGCONT), so it shut down itself.
+    assert "fault-server: SIGTERM, shutting down" in (tmp_path / "server.log").read_text()
+    assert record["exit_code"] == 12
+
+
+def test_a_stranger_answering_on_our_port_after_launch_is_never_benchmarked(tmp_path, model):
+    port = free_port()
+    proc = start_cli(tmp_path, fault_study(model, "no-listen"), "--port", str(port))
+    log = tmp_path / "server.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "running without listening" in log.read_text()):
+        time.sleep(0.05)
+    # Our server runs but never listens; a process outside its tree takes the port meanwhile.
+    stranger = subprocess.Popen([sys.executable, FAULT_SERVER, "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert_clean_failure(tmp_path, proc.returncode, err, code=15, cls="port-conflict", section="startup",
+                         words=[f"port {port} answers, but from pid(s) [{stranger.pid}], not ours"])
+    assert "tok/s" not in err  # nothing was measured against the stranger
 
 
 def test_port_already_served_is_never_benchmarked(tmp_path, model):
@@ -146,6 +191,14 @@ def test_a_retry_of_a_deterministic_failure_does_not_relaunch(tmp_path, model):
     assert rc == 14 and "not retried" in err
     assert (tmp_path / "server.log").stat().st_size == log_size  # no new launch
     assert len(list((tmp_path / "failures" / NAME).glob("*.json"))) == 1
+
+
+def test_a_retry_after_the_spec_changed_runs(tmp_path, model):
+    assert run_cli(tmp_path, fault_study(model, "short-at-request:2"))[0] == 14
+    # The user fixed the configuration (here: the server's command): the retry must measure it.
+    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2")
+    assert rc == 0, err
+    assert "not retried" not in err and (tmp_path / "runs" / f"{NAME}.json").exists()
 
 
 def test_a_retry_of_a_transient_failure_runs_again(tmp_path, model):

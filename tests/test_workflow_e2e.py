@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import statistics
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def _check_result(doc: dict) -> None:
     results.validate_result(doc)
     assert doc["server"]["version"] != "unknown" and "--port" in doc["server"]["command"]
     assert doc["timing"]["startup_s"] > 0 and doc["timing"]["job_s"] > doc["timing"]["sections_s"]
+    errors = []
     for section, spec_section in zip(doc["sections"], doc["spec"]["sections"]):
         n, per = spec_section["requests"] * doc["spec"]["repeats"], spec_section["output_tokens"]
         assert section["output_tokens"] == n * per
@@ -35,13 +37,16 @@ def _check_result(doc: dict) -> None:
             assert rec["prompt_tokens"] == doc["spec"]["context"]
             assert 0 < rec["ttft_s"] < rec["e2e_s"]
             # The client's decode rate and the server's own figure describe the same tokens.
-            assert rec["decode_tok_s"] == pytest.approx(rec["server_predicted_per_second"], rel=0.5)
+            errors.append(abs(rec["decode_tok_s"] / rec["server_predicted_per_second"] - 1))
         assert section["ttft_s"]["p50"] <= section["ttft_s"]["p99"]
         expected_rate = section["output_tokens"] / section["wall_s"]
         assert section["output_tok_s"] == pytest.approx(expected_rate)
         assert section["output_tok_s_min"] <= section["output_tok_s"] <= section["output_tok_s_max"]
         assert len(section["output_tok_s_repeats"]) == doc["spec"]["repeats"]
         assert {r["repeat"] for r in section["records"]} == set(range(doc["spec"]["repeats"]))
+    # The README's fidelity figure (benchmarks/fidelity.py: 0.02-0.08% at the median) is for 256-token
+    # outputs; on these 16-96 tokens one millisecond of scheduling weighs more: 0.5% at the median.
+    assert statistics.median(errors) < 0.005, sorted(errors)
     if doc["spec"]["budget"] > 0:
         assert any(s["draft_tokens"] > 0 for s in doc["sections"]), "speculation was on but nothing drafted"
     else:

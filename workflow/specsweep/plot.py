@@ -37,8 +37,10 @@ def tp_style(tps: list[int]) -> dict[int, tuple[str, str]]:
     return {tp: TP_STYLES[i % len(TP_STYLES)] for i, tp in enumerate(sorted(tps))}
 
 
-def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
-    """Write the three-row figure (tok/s; speedup; acceptance length) with one column per section."""
+def plot_summary(frame: pd.DataFrame, out: Path, *, title: str):
+    """Write the three-row figure (tok/s; speedup; acceptance length) with one column per section.
+
+    Returns the (closed) figure, whose artists say what was drawn."""
     sections = list(dict.fromkeys(frame["section"]))
     contexts = sorted(frame["context"].unique())
     palette = dict(zip(contexts, sns.color_palette("viridis", len(contexts))))
@@ -65,6 +67,7 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str) -> None:
                  fontsize=12, y=0.995)
     footer = _footer(frame)
     _save(fig, out, footer, top=0.91)
+    return fig
 
 
 def _save(fig, out: Path, footer: str, *, top: float) -> None:

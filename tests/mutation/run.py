@@ -1,0 +1,151 @@
+"""Mutation testing of the trust checks: does the suite fail when one of them is broken?
+
+    python tests/mutation/run.py                          # every target in targets.txt
+    python tests/mutation/run.py 'specsweep.client.*'     # a subset, by mutmut name glob
+
+mutmut (3.x) mutates a copy of the package, one small change at a time (a condition inverted, a
+branch removed, a constant or a raised class changed), and runs the tests that reach the mutated
+function; a mutant the tests do not fail on survived. The copy lives in build/mutation/ with the
+src/ layout mutmut names modules by. The tests reach most checks through subprocesses (the CLI,
+Snakemake's jobs, the servers), which import the mutated copy and report what they ran (see
+hits.py and sitecustomize.py here).
+
+One mutant at a time (--max-children 1): the tests measure with the quiet-host guard on, and a
+second mutant's tests on the other core would fail them for noise, not for the mutant.
+
+Prints and writes build/mutation/report.txt: the score (killed over all tried, less the mutants
+judged equivalent in equivalent.txt), and the diff of every other survivor.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+WORK = REPO / "build" / "mutation"
+MUTATED = [  # files holding the targets; the rest of the package runs unmutated
+    "client.py", "server.py", "probes.py", "workload.py", "runner.py", "cli.py", "document.py", "aggregate.py",
+    "plot.py", "backends/base.py", "backends/llama_server.py",
+]
+TESTS = [  # what mutants are tried against: the tests that run in seconds, the fault server's above all
+    "tests/test_faults.py", "tests/test_workload.py", "tests/test_aggregate.py", "tests/test_results.py",
+    "tests/test_metrics_signatures.py", "tests/test_isolation.py", "tests/test_backends.py",
+    "tests/test_study_mistakes.py",
+]
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+
+
+def read_list(name: str) -> list[str]:
+    """Non-empty lines of a file here, without comments."""
+    lines = (line.split("#", 1)[0].strip() for line in (HERE / name).read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def equivalents() -> dict[str, str]:
+    """mutant name -> why it cannot change behaviour (equivalent.txt: name, two spaces, reason)."""
+    found = {}
+    for line in (HERE / "equivalent.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, why = line.partition("  ")
+            found[name.strip()] = why.strip()
+    return found
+
+
+def prepare() -> None:
+    """A fresh copy of the project in the src/ layout, configured for mutmut and pytest."""
+    shutil.rmtree(WORK, ignore_errors=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "workflow" / "specsweep", WORK / "src" / "specsweep", ignore=skip)
+    shutil.copytree(REPO / "workflow" / "schemas", WORK / "src" / "specsweep" / "schemas", ignore=skip)
+    shutil.copytree(REPO / "workflow", WORK / "workflow", ignore=shutil.ignore_patterns("specsweep", "__pycache__"))
+    for name in ("tests", "config", "profiles"):
+        shutil.copytree(REPO / name, WORK / name, ignore=skip)
+    shutil.copy2(REPO / "Snakefile", WORK / "Snakefile")
+    listing = lambda items: "[" + ", ".join(json.dumps(i) for i in items) + "]"  # noqa: E731 (TOML arrays)
+    (WORK / "pyproject.toml").write_text(f"""\
+[tool.mutmut]
+source_paths = ["src/specsweep"]
+only_mutate = {listing("src/specsweep/" + f for f in MUTATED)}
+also_copy = ["config", "workflow", "profiles", "Snakefile"]
+pytest_add_cli_args_test_selection = {listing(TESTS)}
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "addopts="]
+# A mutant that makes a test wait (a probe that never succeeds) times out: that counts as killed.
+timeout_multiplier = 4.0
+timeout_constant = 30.0
+
+[tool.pytest.ini_options]
+markers = ["e2e: runs the real workflow against the real llama-server (minutes)"]
+timeout = 300
+""")
+
+
+def run_mutmut(globs: list[str]) -> int:
+    names = [g if "__mutmut_" in g else f"{g}__mutmut_*" for g in globs]
+    return subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names], cwd=WORK).returncode
+
+
+def outcomes(globs: list[str]) -> dict[str, str]:
+    """mutant name -> mutmut's status, for the mutants the globs select."""
+    from mutmut.stats import status_by_exit_code
+
+    found = {}
+    for meta in (WORK / "mutants").rglob("*.meta"):
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if any(fnmatch.fnmatchcase(name, g if "__mutmut_" in g else f"{g}__mutmut_*") for g in globs):
+                found[name] = status_by_exit_code[code]
+    return found
+
+
+def diff(name: str) -> str:
+    shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=WORK, capture_output=True, text=True)
+    return shown.stdout.strip()
+
+
+def report(results: dict[str, str], minutes: float) -> tuple[str, float]:
+    equal = equivalents()
+    survivors = sorted(n for n, s in results.items() if s not in KILLED and n not in equal)
+    judged = sorted(n for n, s in results.items() if s not in KILLED and n in equal)
+    stale = sorted(n for n in equal if results.get(n) in KILLED)
+    killed = sum(s in KILLED for s in results.values())
+    counted = len(results) - len(judged)
+    score = killed / counted if counted else 0.0
+    lines = [f"mutation score: {killed} of {counted} non-equivalent mutants killed = {score:.1%} "
+             f"({len(results)} tried, {len(judged)} judged equivalent, {len(survivors)} surviving; "
+             f"{minutes:.0f} min)"]
+    by_status: dict[str, int] = {}
+    for status in results.values():
+        by_status[status] = by_status.get(status, 0) + 1
+    lines.append("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())))
+    if stale:
+        lines.append("listed as equivalent but killed (remove from equivalent.txt): " + ", ".join(stale))
+    for name in survivors:
+        lines += ["", f"SURVIVED ({results[name]}): {name}", diff(name)]
+    for name in judged:
+        lines += ["", f"equivalent: {name}: {equal[name]}"]
+    return "\n".join(lines), score
+
+
+def main(argv: list[str]) -> int:
+    globs = argv or read_list("targets.txt")
+    t0 = time.monotonic()
+    prepare()
+    code = run_mutmut(globs)
+    if code != 0:
+        print(f"mutmut exited {code}; see its output above", file=sys.stderr)
+        return code
+    text, score = report(outcomes(globs), (time.monotonic() - t0) / 60)
+    (WORK / "report.txt").write_text(text + "\n")
+    print(text)
+    print(f"\nreport: {WORK / 'report.txt'}")
+    return 0 if score >= 0.9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

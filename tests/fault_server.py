@@ -26,6 +26,14 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   stop-after-request:N   SIGSTOP itself right after request N completed
   drop-at-request:N      close the connection after a few tokens of request N and serve on
   no-listen              run without ever listening (a stranger may take the port)
+  port-in-use-at-startup print llama-server's bind failure and exit 1
+  uncounted-at-request:N final event of request N without its count of generated tokens
+  misevaluated-at-request:N  final event of request N counts one prompt token fewer than sent
+  dying-health-after-request:N  once request N completed, /health answers 503 and the process exits
+  no-metrics             /metrics answers 501, as llama-server started without --metrics
+  leave-shm              leave a file in /dev/shm, as a killed vLLM leaves its segments
+``--ignore-sigterm`` makes the server (and an escaping child) ignore SIGTERM, as a server stuck in
+a GPU call does: only SIGKILL stops it.
 On SIGTERM the server writes "fault-server: SIGTERM, shutting down" and exits 0 (llama-server, too,
 stops gracefully on SIGTERM): the log then shows whether a stop was graceful or a SIGKILL.
 ``--echo-args`` prints the whole argv at startup (secrets included), as vLLM logs its arguments.
@@ -83,6 +91,8 @@ def make_handler(state: State):
         def do_GET(self):
             if self.path == "/health":
                 if state.fault == "never-ready" or state.unhealthy:
+                    if state.fault == "dying-health-after-request":
+                        threading.Timer(0.05, os._exit, args=(3,)).start()  # dies while being probed
                     return self._json(503, {"error": {"code": 503, "message": "Loading model"}})
                 return self._json(200, {"status": "ok"})
             if self.path == "/props":
@@ -92,6 +102,9 @@ def make_handler(state: State):
             if self.path == "/v1/models":
                 return self._json(200, {"object": "list", "data": [{"id": "fault-server", "object": "model"}]})
             if self.path == "/metrics":
+                if state.fault == "no-metrics":  # tools/server/server.cpp, handle_metrics
+                    return self._json(501, {"error": {"code": 501, "type": "not_supported_error", "message":
+                                            "This server does not support metrics endpoint. Start it with `--metrics`"}})
                 text = f"llamacpp:tokens_predicted_total {state.tokens_total}\n"
                 body = text.encode()
                 self.send_response(200)
@@ -136,7 +149,9 @@ def make_handler(state: State):
                 time.sleep(state.delay)
             ms = (time.monotonic() - t0) * 1000
             state.tokens_total += produced + (1 if here and state.fault == "miscount-at-request" else 0)
-            self._event({"content": "", "stop": True, "tokens_predicted": produced, "tokens_evaluated": n_prompt,
+            counted = None if here and state.fault == "uncounted-at-request" else produced
+            evaluated = n_prompt - 1 if here and state.fault == "misevaluated-at-request" else n_prompt
+            self._event({"content": "", "stop": True, "tokens_predicted": counted, "tokens_evaluated": evaluated,
                          "stop_type": "limit", "truncated": False,
                          "timings": {"predicted_n": produced, "predicted_ms": ms,
                                      "predicted_per_second": produced / (ms / 1000) if ms else 0}})
@@ -144,7 +159,7 @@ def make_handler(state: State):
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
                 os.kill(os.getpid(), signal.SIGKILL)
-            if here and state.fault == "unhealthy-after-request":
+            if here and state.fault in ("unhealthy-after-request", "dying-health-after-request"):
                 state.fire(state.fault)
                 state.unhealthy = True
             if here and state.fault == "stop-after-request":
@@ -211,6 +226,7 @@ def main() -> None:
     parser.add_argument("--fault-log")
     parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY_S)
     parser.add_argument("--echo-args", action="store_true", help="print the argv, as vLLM prints its args")
+    parser.add_argument("--ignore-sigterm", action="store_true", help="only SIGKILL stops it (and its child)")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
     if args.echo_args:
         print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
@@ -222,13 +238,23 @@ def main() -> None:
         print("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal instruction was "
               "encountered\nCUDA kernel errors might be asynchronously reported", file=sys.stderr, flush=True)
         sys.exit(1)
-    signal.signal(signal.SIGTERM, _graceful_exit)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else _graceful_exit)
+    if state.fault == "port-in-use-at-startup":  # llama.cpp tools/server: LOG_ERR when the bind fails
+        print("main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if state.fault == "leave-shm":
+        shm = f"/dev/shm/specsweep-fault-{os.getpid()}"
+        with open(shm, "wb") as fh:
+            fh.write(b"\0" * 4096)
+        print(f"fault-server: left {shm}", file=sys.stderr, flush=True)
     if state.fault == "no-listen":
         print("fault-server: running without listening", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
     if state.fault == "escaping-child":
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)" \
+            if args.ignore_sigterm else "import time; time.sleep(600)"
+        child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         print(f"fault-server: escaping child pid {child.pid}", file=sys.stderr, flush=True)
     ThreadingHTTPServer.request_queue_size = 512  # the default backlog of 5 resets concurrent connects
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))

@@ -90,10 +90,18 @@ def test_plot_is_written_with_failures_marked(sweep, tmp_path):
                                                                                 (8, "invalid result")])
     top_row = fig.axes[:3]
     for ax in top_row:
-        marks = [(x, y, tuple(c.get_facecolor()[0])) for c in ax.collections if isinstance(c, PathCollection)
-                 for x, y in c.get_offsets()]
-        assert all(y == pytest.approx(1.04) for _, y, _ in marks), marks  # axes coordinates: above the data
+        dots = [c for c in ax.collections if isinstance(c, PathCollection)]
+        marks = [(x, y, tuple(c.get_facecolor()[0])) for c in dots for x, y in c.get_offsets()]
         assert sorted((x, color) for x, _, color in marks) == sorted((b, to_rgba(c)) for b, c in expected)
+        for dot in dots:  # drawn above the panel's top edge, whatever the data's scale, and not clipped away
+            (x, y), = dot.get_offsets()
+            assert ax.transAxes.inverted().transform(dot.get_offset_transform().transform((x, y)))[1] > 1
+            assert dot.get_clip_on() is False
+        # The mark's edge has the colour of its context's line.
+        lines = {c.get_label(): c.lines[0].get_color() for c in ax.containers}
+        edges = {(x, tuple(c.get_edgecolor()[0])) for c in dots for x, _ in c.get_offsets()}
+        assert edges == {(0, to_rgba(lines["tp 1, ctx 1024"])), (8, to_rgba(lines["tp 1, ctx 1024"])),
+                         (8, to_rgba(lines["tp 1, ctx 128"]))}
     footer = fig.texts[-1].get_text()
     for name, words in [("tp1-b0-ctx1024", "server-died"), ("tp1-b8-ctx1024", "known crash"),
                         ("tp1-b8-ctx128", "invalid result")]:

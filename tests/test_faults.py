@@ -46,9 +46,13 @@ def assert_clean_failure(tmp_path: Path, rc: int, err: str, *, code: int, cls: s
 
 CASES = [
     # fault, extra server settings, exit code, class, section, words in reason/evidence
-    ("exit-at-startup", {}, 10, "server-start", "startup", ["the argument has been removed"]),
+    ("exit-at-startup", {}, 10, "server-start", "startup",
+     ["server exited during startup: error: the argument has been removed"]),
     ("signature-at-startup", {}, 10, "server-start", "startup", ["illegal instruction was encountered"]),
-    ("never-ready", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup", ["not ready after 1.5 s"]),
+    ("never-ready", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup",
+     ["server not ready after 1.5 s (health check answered HTTP 503", "Loading model", "listening on"]),
+    ("port-in-use-at-startup", {}, 15, "port-conflict", "startup",
+     ["server exited during startup: main: couldn't bind HTTP server socket"]),
     ("die-at-request:1", {}, 12, "server-died", "warmup", ["killed by SIGKILL"]),
     ("die-at-request:4", {}, 12, "server-died", "medium", ["in section medium", "killed by SIGKILL"]),
     ("crash-at-request:4", {}, 12, "server-died", "medium",
@@ -61,6 +65,12 @@ CASES = [
     ("badjson-at-request:5", {}, 14, "invalid-response", "medium", ["malformed JSON"]),
     ("miscount-at-request:3", {}, 14, "invalid-response", "short",
      ["section short: server counted 17 generated tokens, responses say 16"]),
+    ("uncounted-at-request:2", {}, 14, "invalid-response", "short",
+     ["final event has no integer count of generated tokens"]),
+    ("misevaluated-at-request:2", {}, 14, "invalid-response", "short",
+     ["server evaluated 15 prompt tokens, 16 were sent"]),
+    ("dying-health-after-request:3", {}, 12, "server-died", "short",
+     ["server died after section short: exited with code 3"]),
     ("unhealthy-after-request:3", {}, 12, "server-died", "short",
      ["server unhealthy after section short: health check answered HTTP 503"]),
     ("drop-at-request:4", {}, 14, "invalid-response", "medium",
@@ -74,8 +84,9 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
     rc, err = run_cli(tmp_path, fault_study(model, fault, **server))
     record = assert_clean_failure(tmp_path, rc, err, code=code, cls=cls, section=section, words=words)
     assert f"FAILED [{cls}]" in err
-    if fault == "signature-at-startup":
-        assert record["signature"] == "cuda-illegal-instruction"
+    signature = {"signature-at-startup": "cuda-illegal-instruction", "crash-at-request": "cuda-illegal-instruction",
+                 "port-in-use-at-startup": "port-in-use", "exit-at-startup": "bad-arguments"}
+    assert record["signature"] == signature.get(fault.split(":")[0]), record
     log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
     # A server still running at teardown is asked to stop (SIGTERM) before SIGKILL; a hung one is not.
     graceful = fault.split(":")[0] in GRACEFUL
@@ -83,7 +94,7 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
 
 
 # Faults after which the server still runs and answers signals when it is torn down.
-GRACEFUL = {"never-ready", "short-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
+GRACEFUL = {"never-ready", "short-at-request", "uncounted-at-request", "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
             "miscount-at-request", "unhealthy-after-request", "drop-at-request"}
 
 
@@ -100,6 +111,58 @@ def test_child_that_leaves_the_process_group_is_killed_too(tmp_path, model):
     assert rc == 0, err
     child = int(re.search(r"escaping child pid (\d+)", (tmp_path / "server.log").read_text()).group(1))
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def stubborn(study: dict) -> dict:
+    """The study with a server that ignores SIGTERM, as one stuck in a GPU call does."""
+    study["server"]["command"] = [*study["server"]["command"], "--ignore-sigterm"]
+    return study
+
+
+def test_a_server_and_child_that_ignore_sigterm_are_killed(tmp_path, model):
+    rc, err = run_cli(tmp_path, stubborn(fault_study(model, "escaping-child")))
+    assert rc == 0, err
+    log = (tmp_path / "server.log").read_text()
+    child = int(re.search(r"escaping child pid (\d+)", log).group(1))
+    for pid in (child, server_pid(err)):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert "SIGTERM, shutting down" not in log
+
+
+def test_a_second_signal_during_teardown_changes_nothing(tmp_path, model):
+    # The server ignores SIGTERM: teardown waits out its grace period, and a second signal lands in it.
+    study = stubborn(fault_study(model, token_delay=0.05))
+    proc = start_cli(tmp_path, study)
+    log = tmp_path / "server.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "listening on" in log.read_text()):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record["class"] == "interrupted" and "SIGINT" in record["reason"] and "SIGTERM" not in record["reason"]
+    pid = server_pid(err)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model, "no-metrics"))
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert all(s["counters"] == {} for s in doc["sections"])
+
+
+def test_shared_memory_a_server_leaves_is_removed_and_named(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model, "leave-shm"))
+    assert rc == 0, err
+    log = (tmp_path / "server.log").read_text()
+    left = re.search(r"fault-server: left (\S+)", log).group(1)
+    assert not os.path.exists(left)
+    assert f"removed 1 shared-memory file(s) the server left in /dev/shm: {os.path.basename(left)}" in log
 
 
 def test_a_server_that_stops_itself_is_resumed_to_shut_down(tmp_path, model):
@@ -223,3 +286,27 @@ def test_a_bug_still_leaves_a_record_and_a_nonzero_exit(tmp_path, model, monkeyp
     assert rc == 1
     record = results.latest_failure(tmp_path / "failures", NAME)
     assert record["class"] == "internal" and "KeyError" in record["reason"]
+
+
+def test_the_cli_edge_turns_each_error_into_one_line_and_its_exit_code(monkeypatch, capsys):
+    from specsweep import cli
+    from specsweep.errors import ConfigError
+
+    def refused(_args):
+        raise ConfigError("the study is wrong; fix it")
+
+    def bug(_args):
+        raise KeyError("x")
+
+    argv = ["grid", "--config-json", "{}"]
+    monkeypatch.setattr(cli, "cmd_grid", refused)
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == "specsweep: config: the study is wrong; fix it\n"
+    monkeypatch.setattr(cli, "cmd_grid", bug)
+    monkeypatch.delenv("SPECSWEEP_DEBUG", raising=False)
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == ("specsweep: internal error (a bug in specsweep): KeyError: 'x'; "
+                                       "SPECSWEEP_DEBUG=1 shows the traceback\n")
+    monkeypatch.setenv("SPECSWEEP_DEBUG", "1")
+    assert cli.main(argv) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 
 import pytest
@@ -60,7 +61,11 @@ def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path
     assert rc == 17, err
     record = results.latest_failure(tmp_path / "failures", NAME)
     assert record["class"] == "client-overload" and record["section"] == "short"
-    assert "max_schedule_lag_s" in record["reason"]
+    found = re.fullmatch(r"section short: requests left the client ([\d.]+) ms late \(p99\) against their schedule, "
+                         r"above workload.max_schedule_lag_s = ([\d.]+) ms; lower the request rate or concurrency, "
+                         r"or give the client a core of its own", record["reason"])
+    assert found, record["reason"]
+    assert float(found[2]) == study["workload"]["max_schedule_lag_s"] * 1000 < float(found[1])
     assert not (tmp_path / "runs" / f"{NAME}.json").exists()
 
 

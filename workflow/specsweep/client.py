@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import requests
 
 from prometheus_client.parser import text_string_to_metric_families
+from urllib3.exceptions import ReadTimeoutError
 
 from .backends import Backend
 from .errors import InvalidResponse, ServerHung
@@ -151,9 +152,9 @@ def stream_completion(
     )
 
 
-def _is_read_timeout(exc: Exception) -> bool:
-    text = repr(exc)
-    return "Read timed out" in text or "ReadTimeout" in text
+def _is_read_timeout(exc: requests.exceptions.ConnectionError) -> bool:
+    """requests re-raises urllib3's ReadTimeoutError inside a stream as ConnectionError(that error)."""
+    return bool(exc.args) and isinstance(exc.args[0], ReadTimeoutError)
 
 
 def _read_stream(backend: Backend, resp, timeline: _Timeline) -> dict:

@@ -1,0 +1,59 @@
+"""The client's own validation, event by event: what a stream may carry and what it may not."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+from specsweep import client
+from specsweep.backends.base import check_counts
+from specsweep.errors import InvalidResponse
+
+
+@pytest.mark.parametrize("raw, event", [
+    (b'data: {"tokens_predicted": 3}', {"tokens_predicted": 3}),
+    (b'data:{"tokens_predicted": 3}', {"tokens_predicted": 3}),  # SSE allows no space after the colon
+    (b"data: [DONE]", None),  # the OpenAI-style end marker carries nothing
+    (b": keep-alive", None),  # an SSE comment
+    (b"event: ping", None),
+])
+def test_events_that_carry_data_are_read_and_the_rest_skipped(raw, event):
+    assert client._parse_event(raw) == event
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"data: {not json", "malformed JSON in stream: '{not json'"),
+    (b"data: [1, 2]", "stream event is not a JSON object: '[1, 2]'"),
+    (b'data: {"error": {"code": 400, "message": "context"}}',
+     'error event inside the stream: {"code": 400, "message": "context"}'),
+])
+def test_events_that_are_not_an_answer_are_refused(raw, words):
+    with pytest.raises(InvalidResponse) as caught:
+        client._parse_event(raw)
+    assert caught.value.reason == words
+
+
+def test_only_a_read_timeout_inside_the_stream_counts_as_a_stall():
+    timeout = requests.exceptions.ConnectionError(ReadTimeoutError(None, "/completion", "Read timed out."))
+    broken = requests.exceptions.ConnectionError(ProtocolError("Connection broken: IncompleteRead"))
+    assert client._is_read_timeout(timeout)
+    assert not client._is_read_timeout(broken)
+    assert not client._is_read_timeout(requests.exceptions.ConnectionError())
+
+
+def test_counts_must_match_exactly_what_was_asked_and_sent():
+    check_counts("srv", produced=8, n_predict=8, evaluated=16, prompt_len=16)
+    check_counts("srv", produced=8, n_predict=8, evaluated=None, prompt_len=16)  # a server that does not say
+    cases = [
+        (dict(produced=None, evaluated=16), "srv: final event has no integer count of generated tokens"),
+        (dict(produced=7, evaluated=16), "server generated 7 tokens, 8 were requested with ignore_eos"),
+        (dict(produced=7, evaluated=16, why="stopped at EOS"),
+         "server generated 7 tokens, 8 were requested with ignore_eos (stopped at EOS)"),
+        (dict(produced=9, evaluated=16), "server generated 9 tokens, 8 were requested with ignore_eos"),
+        (dict(produced=8, evaluated=15), "server evaluated 15 prompt tokens, 16 were sent"),
+    ]
+    for kwargs, words in cases:
+        with pytest.raises(InvalidResponse) as caught:
+            check_counts("srv", n_predict=8, prompt_len=16, **kwargs)
+        assert caught.value.reason == words

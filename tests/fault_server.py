@@ -23,7 +23,7 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   escaping-child         start a child in its own session that would outlive the server
   miscount-at-request:N  count one token more in /metrics than request N streamed
   unhealthy-after-request:N  /health answers 503 once request N completed (the process runs on)
-  stop-after-request:N   SIGSTOP itself right after request N completed
+  stop-after-request:N   SIGSTOP itself on the first HTTP request after request N completed
   drop-at-request:N      close the connection after a few tokens of request N and serve on
   no-listen              run without ever listening (a stranger may take the port)
   port-in-use-at-startup print llama-server's bind failure and exit 1
@@ -64,6 +64,7 @@ class State:
         self.requests = 0
         self.tokens_total = 0
         self.unhealthy = False
+        self.stop_armed = False
         self.lock = threading.Lock()
 
     def fire(self, what: str) -> None:
@@ -88,7 +89,13 @@ def make_handler(state: State):
             self.end_headers()
             self.wfile.write(body)
 
+        def _maybe_stop(self) -> None:
+            if state.stop_armed:
+                state.fire(state.fault)
+                os.kill(os.getpid(), signal.SIGSTOP)
+
         def do_GET(self):
+            self._maybe_stop()
             if self.path == "/health":
                 if state.fault == "never-ready" or state.unhealthy:
                     if state.fault == "dying-health-after-request":
@@ -114,6 +121,7 @@ def make_handler(state: State):
             return self._json(404, {"error": "not found"})
 
         def do_POST(self):
+            self._maybe_stop()
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path == "/tokenize":
                 words = body.get("content", "").split()
@@ -149,6 +157,11 @@ def make_handler(state: State):
                 time.sleep(state.delay)
             ms = (time.monotonic() - t0) * 1000
             state.tokens_total += produced + (1 if here and state.fault == "miscount-at-request" else 0)
+            if here and state.fault in ("unhealthy-after-request", "dying-health-after-request"):
+                state.fire(state.fault)
+                state.unhealthy = True  # before the final event: no probe can come in between
+            if here and state.fault == "stop-after-request":
+                state.stop_armed = True  # stops on the next request, when this response is complete
             counted = None if here and state.fault == "uncounted-at-request" else produced
             evaluated = n_prompt - 1 if here and state.fault == "misevaluated-at-request" else n_prompt
             self._event({"content": "", "stop": True, "tokens_predicted": counted, "tokens_evaluated": evaluated,
@@ -159,12 +172,6 @@ def make_handler(state: State):
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
                 os.kill(os.getpid(), signal.SIGKILL)
-            if here and state.fault in ("unhealthy-after-request", "dying-health-after-request"):
-                state.fire(state.fault)
-                state.unhealthy = True
-            if here and state.fault == "stop-after-request":
-                state.fire(state.fault)
-                os.kill(os.getpid(), signal.SIGSTOP)
 
         def _openai_complete(self, body: dict) -> None:
             n_predict = int(body.get("max_tokens") or 16)

@@ -32,6 +32,16 @@ def pytest_runtest_teardown(item):
     mutation_hits.merge()
 
 
+def pytest_collection_modifyitems(items):
+    if mutation_hits.active():
+        mutation_hits.killers_first(items)
+
+
+def pytest_runtest_logreport(report):
+    if mutation_hits.active():
+        mutation_hits.remember_killer(report)
+
+
 # --- A test never leaks processes into the next -------------------------------------------------
 # Snakemake, the CLI and the servers it launches are all descendants of this process (a server's
 # own session does not change its parent). A test that ends, fails or times out (pytest-timeout

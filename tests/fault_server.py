@@ -31,6 +31,7 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   misevaluated-at-request:N  final event of request N counts one prompt token fewer than sent
   dying-health-after-request:N  once request N completed, /health answers 503 and the process exits
   no-metrics             /metrics answers 501, as llama-server started without --metrics
+  metrics-gone-after-request:N  /metrics answers HTTP 500 once request N completed
   leave-shm              leave a file in /dev/shm, as a killed vLLM leaves its segments
 ``--ignore-sigterm`` makes the server (and an escaping child) ignore SIGTERM, as a server stuck in
 a GPU call does: only SIGKILL stops it.
@@ -65,6 +66,7 @@ class State:
         self.tokens_total = 0
         self.unhealthy = False
         self.stop_armed = False
+        self.metrics_gone = False
         self.lock = threading.Lock()
 
     def fire(self, what: str) -> None:
@@ -109,6 +111,8 @@ def make_handler(state: State):
             if self.path == "/v1/models":
                 return self._json(200, {"object": "list", "data": [{"id": "fault-server", "object": "model"}]})
             if self.path == "/metrics":
+                if state.metrics_gone:
+                    return self._json(500, {"error": {"code": 500, "message": "injected"}})
                 if state.fault == "no-metrics":  # tools/server/server.cpp, handle_metrics
                     return self._json(501, {"error": {"code": 501, "type": "not_supported_error", "message":
                                             "This server does not support metrics endpoint. Start it with `--metrics`"}})
@@ -160,6 +164,9 @@ def make_handler(state: State):
             if here and state.fault in ("unhealthy-after-request", "dying-health-after-request"):
                 state.fire(state.fault)
                 state.unhealthy = True  # before the final event: no probe can come in between
+            if here and state.fault == "metrics-gone-after-request":
+                state.fire(state.fault)
+                state.metrics_gone = True
             if here and state.fault == "stop-after-request":
                 state.stop_armed = True  # stops on the next request, when this response is complete
             counted = None if here and state.fault == "uncounted-at-request" else produced

@@ -49,6 +49,19 @@ def test_every_configuration_has_rows_with_its_status(sweep):
     assert "server-died" in failed["reason"] and "medium" in failed["reason"]
 
 
+def test_each_status_carries_its_reason_and_ok_rows_none(sweep, tmp_path):
+    cfg, frame = sweep
+    ok = frame[frame["status"] == "ok"]
+    assert len(ok) == 3 * 3 and set(ok["reason"]) == {""}
+    invalid = frame[frame["name"] == "tp1-b8-ctx128"].iloc[0]["reason"]
+    assert "section short: throughput 0 is not a positive number" in invalid, invalid  # what validation said
+    # A configuration with neither a result nor a failure record is "not run", never a number.
+    bare = aggregate.summarize(cfg, tmp_path / "nothing", tmp_path / "nothing")
+    not_run = bare[bare["name"] != "tp1-b8-ctx1024"]
+    assert set(not_run["status"]) == {"not run"} and set(not_run["reason"]) == {"no result and no failure record"}
+    assert set(bare[bare["name"] == "tp1-b8-ctx1024"]["status"]) == {"excluded"}  # the rule, not "not run"
+
+
 def test_non_ok_rows_carry_no_numbers(sweep):
     _, frame = sweep
     bad = frame[frame["status"] != "ok"]
@@ -76,8 +89,10 @@ def test_written_tables_and_failure_report(sweep, tmp_path):
 
 
 def test_plot_is_written_with_failures_marked(sweep, tmp_path):
+    import matplotlib.pyplot as plt
     from matplotlib.collections import PathCollection
     from matplotlib.colors import to_rgba
+    from matplotlib.markers import MarkerStyle
 
     _, frame = sweep
     out = tmp_path / "summary.png"
@@ -89,6 +104,7 @@ def test_plot_is_written_with_failures_marked(sweep, tmp_path):
     expected = sorted((b, "grey" if s == "excluded" else "crimson") for b, s in [(0, "failed"), (8, "excluded"),
                                                                                 (8, "invalid result")])
     top_row = fig.axes[:3]
+    legend = {h.get_label(): h for h in fig.legends[0].legend_handles}
     for ax in top_row:
         dots = [c for c in ax.collections if isinstance(c, PathCollection)]
         marks = [(x, y, tuple(c.get_facecolor()[0])) for c in dots for x, y in c.get_offsets()]
@@ -97,6 +113,14 @@ def test_plot_is_written_with_failures_marked(sweep, tmp_path):
             (x, y), = dot.get_offsets()
             assert ax.transAxes.inverted().transform(dot.get_offset_transform().transform((x, y)))[1] > 1
             assert dot.get_clip_on() is False
+        # Just above the panel (below its title), bigger than a data point, in its legend entry's shape.
+        for dot in dots:
+            (x, y), = dot.get_offsets()
+            assert 1 < ax.transAxes.inverted().transform(dot.get_offset_transform().transform((x, y)))[1] < 1.1
+            assert dot.get_sizes()[0] > plt.rcParams["lines.markersize"] ** 2
+            label = "excluded" if tuple(dot.get_facecolor()[0]) == to_rgba("grey") else "failed / no result"
+            style = MarkerStyle(legend[label].get_marker())
+            assert (dot.get_paths()[0].vertices == style.get_path().transformed(style.get_transform()).vertices).all()
         # The mark's edge has the colour of its context's line.
         lines = {c.get_label(): c.lines[0].get_color() for c in ax.containers}
         edges = {(x, tuple(c.get_edgecolor()[0])) for c in dots for x, _ in c.get_offsets()}

@@ -65,6 +65,8 @@ CASES = [
     ("badjson-at-request:5", {}, 14, "invalid-response", "medium", ["malformed JSON"]),
     ("miscount-at-request:3", {}, 14, "invalid-response", "short",
      ["section short: server counted 17 generated tokens, responses say 16"]),
+    ("metrics-gone-after-request:3", {}, 14, "invalid-response", "short",
+     ["after section short: /metrics no longer reports llamacpp:tokens_predicted_total"]),
     ("uncounted-at-request:2", {}, 14, "invalid-response", "short",
      ["final event has no integer count of generated tokens"]),
     ("misevaluated-at-request:2", {}, 14, "invalid-response", "short",
@@ -94,7 +96,7 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
 
 
 # Faults after which the server still runs and answers signals when it is torn down.
-GRACEFUL = {"never-ready", "short-at-request", "uncounted-at-request", "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
+GRACEFUL = {"never-ready", "metrics-gone-after-request", "short-at-request", "uncounted-at-request", "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
             "miscount-at-request", "unhealthy-after-request", "drop-at-request"}
 
 
@@ -254,6 +256,24 @@ def test_a_retry_of_a_deterministic_failure_does_not_relaunch(tmp_path, model):
     assert rc == 14 and "not retried" in err
     assert (tmp_path / "server.log").stat().st_size == log_size  # no new launch
     assert len(list((tmp_path / "failures" / NAME).glob("*.json"))) == 1
+
+
+def test_a_retry_after_a_record_that_does_not_say_transient_runs(tmp_path, model):
+    # A record as an older specsweep wrote it, without "transient": never taken for deterministic.
+    study = fault_study(model)
+    spec = json.loads(expand_grid(study)[0].to_json())
+    record = results.failure_record(name=NAME, spec=spec, error=results_error(), started_at="t", attempt=1,
+                                    server_log=None, log_tail="")
+    del record["transient"]
+    results.write_failure(tmp_path / "failures", record)
+    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    assert rc == 0 and "not retried" not in err, err
+
+
+def results_error():
+    from specsweep.errors import InvalidResponse
+
+    return InvalidResponse("server generated 7 tokens, 8 were requested with ignore_eos")
 
 
 def test_a_retry_after_the_spec_changed_runs(tmp_path, model):

@@ -37,9 +37,10 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "plot.py", "backends/base.py", "backends/llama_server.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
-    "tests/test_faults.py", "tests/test_workload.py", "tests/test_aggregate.py", "tests/test_results.py",
-    "tests/test_metrics_signatures.py", "tests/test_isolation.py",
+    "tests/test_client.py", "tests/test_faults.py", "tests/test_workload.py", "tests/test_aggregate.py",
+    "tests/test_results.py", "tests/test_metrics_signatures.py",
 ]
+MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
@@ -95,7 +96,7 @@ def refresh_tests() -> None:
 
 def run_mutmut(globs: list[str]) -> int:
     names = [g if "__mutmut_" in g else f"{g}__mutmut_*" for g in globs]
-    return subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names], cwd=WORK).returncode
+    return subprocess.run([MUTMUT, "run", "--max-children", "1", *names], cwd=WORK).returncode
 
 
 def outcomes(globs: list[str]) -> dict[str, str]:
@@ -111,7 +112,7 @@ def outcomes(globs: list[str]) -> dict[str, str]:
 
 
 def diff(name: str) -> str:
-    shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=WORK, capture_output=True, text=True)
+    shown = subprocess.run([MUTMUT, "show", name], cwd=WORK, capture_output=True, text=True)
     return shown.stdout.strip()
 
 

@@ -195,10 +195,11 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pro
         before = client.metrics(server.base_url, headers=server.headers)
         records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
                                              send_times=workload.schedule(section, spec.seed))
-        delta = metrics.add_deltas(delta, metrics.counter_delta(before, client.metrics(server.base_url,
-                                                                                         headers=server.headers)))
+        where = f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else "")
+        after = _counters_after(server, before, where)
+        delta = metrics.add_deltas(delta, metrics.counter_delta(before, after))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))
-        server.check_alive(f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else ""))
+        server.check_alive(where)
     load = watch.stop(time.monotonic() - t0)
     finished_at = utc_now()
     stats = metrics.section_metrics(runs, delta, server.backend)
@@ -213,6 +214,22 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pro
     return {"name": section.name, **asdict(section), **stats, "host_load": load,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
+
+
+def _counters_after(server: ServerProcess, before: dict[str, float], where: str) -> dict[str, float]:
+    """The counters after a window; the token counter read before it must still be there.
+
+    A /metrics that stops answering (or drops the counter) would silently skip the check of the
+    server's count against the responses: a server that died or hangs is named as such, any
+    other server's section is refused.
+    """
+    after = client.metrics(server.base_url, headers=server.headers)
+    counter = server.backend.token_counter
+    if counter and counter in before and counter not in after:
+        server.check_alive(where)
+        raise InvalidResponse(f"{where}: /metrics no longer reports {counter}, so the server's token count "
+                              f"cannot be checked against the responses")
+    return after
 
 
 def _check_counters(name: str, stats: dict, counter: str | None) -> None:

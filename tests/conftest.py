@@ -32,9 +32,9 @@ def pytest_runtest_teardown(item):
     mutation_hits.merge()
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     if mutation_hits.active():
-        mutation_hits.killers_first(items)
+        mutation_hits.killers_first(items, config)
 
 
 def pytest_runtest_logreport(report):

@@ -33,6 +33,9 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   no-metrics             /metrics answers 501, as llama-server started without --metrics
   metrics-gone-after-request:N  /metrics answers HTTP 500 once request N completed
   leave-shm              leave a file in /dev/shm, as a killed vLLM leaves its segments
+``--api-key KEY`` answers every route but the public ones with 401 unless the request carries
+``Authorization: Bearer KEY``, as llama-server does (tools/server/server.cpp,
+middleware_validate_api_key; public: /health, /v1/health, /models, /v1/models, /api/tags).
 ``--ignore-sigterm`` makes the server (and an escaping child) ignore SIGTERM, as a server stuck in
 a GPU call does: only SIGKILL stops it.
 On SIGTERM the server writes "fault-server: SIGTERM, shutting down" and exits 0 (llama-server, too,
@@ -54,10 +57,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TOKEN_DELAY_S = 0.002
+PUBLIC_ROUTES = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
 
 
 class State:
-    def __init__(self, fault: str, fault_log: str | None, delay: float):
+    def __init__(self, fault: str, fault_log: str | None, delay: float, api_key: str | None = None):
         name, _, n = fault.partition(":")
         self.fault, self.at = name, int(n or 0)
         self.fault_log = fault_log
@@ -65,6 +69,7 @@ class State:
         self.requests = 0
         self.tokens_total = 0
         self.unhealthy = False
+        self.api_key = api_key
         self.stop_armed = False
         self.metrics_gone = False
         self.lock = threading.Lock()
@@ -91,6 +96,15 @@ def make_handler(state: State):
             self.end_headers()
             self.wfile.write(body)
 
+        def _refused(self) -> bool:
+            """401 for a protected route without the key (and True), as llama-server's middleware."""
+            if not state.api_key or self.path in PUBLIC_ROUTES:
+                return False
+            if self.headers.get("Authorization") == f"Bearer {state.api_key}":
+                return False
+            self._json(401, {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
+            return True
+
         def _maybe_stop(self) -> None:
             if state.stop_armed:
                 state.fire(state.fault)
@@ -98,6 +112,8 @@ def make_handler(state: State):
 
         def do_GET(self):
             self._maybe_stop()
+            if self._refused():
+                return
             if self.path == "/health":
                 if state.fault == "never-ready" or state.unhealthy:
                     if state.fault == "dying-health-after-request":
@@ -126,6 +142,8 @@ def make_handler(state: State):
 
         def do_POST(self):
             self._maybe_stop()
+            if self._refused():
+                return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path == "/tokenize":
                 words = body.get("content", "").split()
@@ -240,11 +258,12 @@ def main() -> None:
     parser.add_argument("--fault-log")
     parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY_S)
     parser.add_argument("--echo-args", action="store_true", help="print the argv, as vLLM prints its args")
+    parser.add_argument("--api-key", help="require this bearer token on every route but the public ones")
     parser.add_argument("--ignore-sigterm", action="store_true", help="only SIGKILL stops it (and its child)")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
     if args.echo_args:
         print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
-    state = State(args.fault, args.fault_log, args.token_delay)
+    state = State(args.fault, args.fault_log, args.token_delay, args.api_key)
     if state.fault == "exit-at-startup":
         print("error: the argument has been removed: --draft-max", file=sys.stderr, flush=True)
         sys.exit(1)

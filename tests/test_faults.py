@@ -151,6 +151,17 @@ def test_a_second_signal_during_teardown_changes_nothing(tmp_path, model):
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_server_with_an_api_key_is_asked_with_it_on_every_route(tmp_path, model, monkeypatch):
+    # The fault server answers 401 without the key, as llama-server does: counters included.
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-test-123")
+    study = fault_study(model, api_key_env="SPECSWEEP_TEST_KEY")
+    study["server"]["command"] += ["--api-key", "{api_key}"]
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert [s["counters"]["llamacpp:tokens_predicted_total"] for s in doc["sections"]] == [16, 16, 8]
+
+
 def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model, "no-metrics"))
     assert rc == 0, err

@@ -95,3 +95,19 @@ def test_bad_prompt_files_are_named_by_line(tmp_path, model, content, words):
     reason = results.latest_failure(tmp_path / "failures", NAME)["reason"]
     for word in words:
         assert word in reason
+
+
+def test_the_schedule_check_refuses_only_a_lag_above_the_limit(model):
+    from specsweep import runner
+    from specsweep.config import expand_grid
+    from specsweep.errors import ClientOverload
+
+    spec = expand_grid(fault_study(model))[0]
+    limit = spec.max_schedule_lag_s
+    runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": limit}})  # at the limit: kept
+    runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": None}})  # closed loop: no schedule
+    with pytest.raises(ClientOverload) as caught:
+        runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": 0.2}})
+    assert caught.value.reason.startswith(
+        f"section short: requests left the client 200.0 ms late (p99) against their schedule, above "
+        f"workload.max_schedule_lag_s = {limit * 1000:.1f} ms")

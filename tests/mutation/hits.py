@@ -39,23 +39,39 @@ def merge() -> None:
 
 
 KILLERS = "SPECSWEEP_MUTATION_KILLERS"
+MAX_TESTS = "SPECSWEEP_MUTATION_MAX_TESTS"
 
 
-def killers_first(items: list) -> None:
-    """Tests that failed for an earlier mutant run first: with -x, a mutant of a check is then
-    usually dead after one test instead of after half the list (mutmut passes its set unordered)."""
+def _function(mutant: str) -> str:
+    return mutant.partition("__mutmut_")[0]
+
+
+def killers_first(items: list, config) -> None:
+    """Tests that killed earlier mutants run first, those of the same function before the rest:
+    with -x a mutant is then usually dead after one test instead of after half the list (mutmut
+    passes its set unordered). At most $SPECSWEEP_MUTATION_MAX_TESTS run: a mutant that only a
+    later test would kill counts as surviving, so the score errs low, never high."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     path = os.environ.get(KILLERS)
-    if not path or not os.path.exists(path):
+    if mutant in ("", "stats", "fail") or not path:
         return
+    lines = [line.split(" ", 1) for line in Path(path).read_text().splitlines()] if os.path.exists(path) else []
     rank: dict[str, int] = {}
-    for name in reversed(Path(path).read_text().split()):  # the most recent failure first
-        rank.setdefault(name, len(rank))
+    for same in (True, False):
+        for function, nodeid in reversed(lines):  # the most recent first
+            if (function == _function(mutant)) == same:
+                rank.setdefault(nodeid, len(rank))
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))
+    most = int(os.environ.get(MAX_TESTS, "0") or 0)
+    if most and len(items) > most:
+        config.hook.pytest_deselected(items=items[most:])
+        del items[most:]
 
 
 def remember_killer(report) -> None:
-    """Note a failing test (most recent last) for the next mutants' order."""
+    """Note a test that failed under a mutant (most recent last) for the next mutants' order."""
     path = os.environ.get(KILLERS)
-    if path and report.failed and os.environ.get("MUTANT_UNDER_TEST", "") not in ("", "stats", "fail"):
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if path and report.failed and mutant not in ("", "stats", "fail"):
         with open(path, "a") as fh:
-            fh.write(report.nodeid + "\n")
+            fh.write(f"{_function(mutant)} {report.nodeid}\n")

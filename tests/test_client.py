@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import requests
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
-from specsweep import client
+from specsweep import backends, client
 from specsweep.backends.base import check_counts
 from specsweep.errors import InvalidResponse
 
@@ -57,3 +59,33 @@ def test_counts_must_match_exactly_what_was_asked_and_sent():
         with pytest.raises(InvalidResponse) as caught:
             check_counts("srv", n_predict=8, prompt_len=16, **kwargs)
         assert caught.value.reason == words
+
+
+class Lines:
+    """The one part of a streamed requests.Response that _read_stream uses: its lines."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines = lines
+
+    def iter_lines(self, chunk_size: int):
+        return iter(self.lines)
+
+
+def test_a_stream_is_read_past_blank_lines_and_comments_to_its_final_event():
+    backend = backends.get("llama-server")
+    timeline = client._Timeline(time.monotonic())
+    final = client._read_stream(backend, Lines([
+        b'data: {"tokens_predicted": 1, "stop": false}', b"", b": keep-alive",
+        b'data: {"tokens_predicted": 3, "stop": false}', b'data: {"tokens_predicted": 3, "stop": true}',
+        b'data: {"tokens_predicted": 99, "stop": false}',  # after the final event: never read
+    ]), timeline)
+    assert final == {"tokens_predicted": 3, "stop": True}
+    assert timeline.tokens == [1, 2] and timeline.counted == 3  # one event carried two tokens
+
+
+def test_a_stream_that_ends_without_its_final_event_is_a_lost_connection():
+    backend = backends.get("llama-server")
+    with pytest.raises(client.ConnectionLost) as caught:
+        client._read_stream(backend, Lines([b'data: {"tokens_predicted": 1, "stop": false}']),
+                            client._Timeline(time.monotonic()))
+    assert str(caught.value) == "stream ended without a final event"

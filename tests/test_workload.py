@@ -111,3 +111,14 @@ def test_the_schedule_check_refuses_only_a_lag_above_the_limit(model):
     assert caught.value.reason.startswith(
         f"section short: requests left the client 200.0 ms late (p99) against their schedule, above "
         f"workload.max_schedule_lag_s = {limit * 1000:.1f} ms")
+
+
+def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once(tmp_path, model):
+    # Rate 1/s with this seed: the short section's second request is due 1.77 s after the first;
+    # the server dies right after the first, so the watcher, not a failed request, finds it.
+    study = _with_sections(fault_study(model, "die-after-request:2"), request_rate=1.0)
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 12, err
+    record = results.latest_failure(tmp_path / "failures", NAME)
+    assert record["class"] == "server-died" and record["section"] == "short"
+    assert record["reason"] == "server died in section short: killed by SIGKILL"

@@ -4,6 +4,7 @@
     python tests/mutation/run.py 'specsweep.client.*'     # a subset, by mutmut name glob
     python tests/mutation/run.py --again                  # in the kept copy, only the mutants not
                                                           # killed yet, with the tests as they are now
+    python tests/mutation/run.py --report                 # the kept copy's score and survivors
 
 mutmut (3.x) mutates a copy of the package, one small change at a time (a condition inverted, a
 branch removed, a constant or a raised class changed), and runs the tests that reach the mutated
@@ -122,6 +123,8 @@ def diff(name: str) -> str:
 
 
 def report(results: dict[str, str], minutes: float) -> tuple[str, float]:
+    untried = sorted(n for n, s in results.items() if s == "not checked")  # a run stopped early
+    results = {n: s for n, s in results.items() if s != "not checked"}
     equal = equivalents()
     survivors = sorted(n for n, s in results.items() if s not in KILLED and n not in equal)
     judged = sorted(n for n, s in results.items() if s not in KILLED and n in equal)
@@ -136,6 +139,8 @@ def report(results: dict[str, str], minutes: float) -> tuple[str, float]:
     for status in results.values():
         by_status[status] = by_status.get(status, 0) + 1
     lines.append("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())))
+    if untried:
+        lines.append(f"not tried yet (the run was stopped): {len(untried)}; python tests/mutation/run.py --again")
     if stale:
         lines.append("listed as equivalent but killed (remove from equivalent.txt): " + ", ".join(stale))
     for name in survivors:
@@ -147,7 +152,9 @@ def report(results: dict[str, str], minutes: float) -> tuple[str, float]:
 
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
-    if argv == ["--again"]:
+    if argv == ["--report"]:
+        globs, code = read_list("targets.txt"), 0
+    elif argv == ["--again"]:
         globs = read_list("targets.txt")
         last = [n for n, s in outcomes(globs).items() if s not in KILLED]
         refresh_tests()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -34,6 +35,28 @@ def test_events_that_are_not_an_answer_are_refused(raw, words):
     with pytest.raises(InvalidResponse) as caught:
         client._parse_event(raw)
     assert caught.value.reason == words
+
+
+def test_bytes_that_are_not_utf8_do_not_break_the_reader():
+    # The text is never what is counted (the server's token counts are): a stray byte in it is
+    # read as U+FFFD, not a crash of the client that would pass for a failed configuration.
+    assert client._parse_event(b'data: {"content": "caf\xe9", "tokens_predicted": 3}') == {
+        "content": "caf\ufffd", "tokens_predicted": 3}
+
+
+def test_a_refused_event_is_quoted_but_never_at_length():
+    # A server that streams garbage must not flood the failure record: 200 characters of the
+    # payload, 300 of an error object, are enough to recognise it.
+    garbage, listing, message = "x" * 500, "[" + "1, " * 200 + "1]", "m" * 400
+    cases = [
+        (f"data: {{{garbage}", f"malformed JSON in stream: {('{' + garbage)[:200]!r}"),
+        (f"data: {listing}", f"stream event is not a JSON object: {listing[:200]!r}"),
+        (f'data: {{"error": "{message}"}}', f"error event inside the stream: {json.dumps(message)[:300]}"),
+    ]
+    for raw, words in cases:
+        with pytest.raises(InvalidResponse) as caught:
+            client._parse_event(raw.encode())
+        assert caught.value.reason == words
 
 
 def test_only_a_read_timeout_inside_the_stream_counts_as_a_stall():

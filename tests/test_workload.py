@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import time
 
 import pytest
 
 from specsweep import results, workload
-from specsweep.config import Section
+from specsweep.config import Section, expand_grid
 from test_faults import NAME, fault_study, run_cli
 
 
@@ -114,11 +115,19 @@ def test_the_schedule_check_refuses_only_a_lag_above_the_limit(model):
 
 
 def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once(tmp_path, model):
-    # Rate 1/s with this seed: the short section's second request is due 1.77 s after the first;
-    # the server dies right after the first, so the watcher, not a failed request, finds it.
-    study = _with_sections(fault_study(model, "die-after-request:2"), request_rate=1.0)
+    # The server dies right after the short section's first request (warmup is request 1); the
+    # second is due long after (about 53 s at this rate and seed). Only the watcher can name the
+    # death before then: a failed second request would name it too, but not until it was due.
+    rate = 1 / 30
+    study = _with_sections(fault_study(model, "die-after-request:2"), request_rate=rate)
+    spec = expand_grid(study)[0]
+    short = next(s for s in spec.sections if s.name == "short")
+    due = workload.schedule(short, spec.seed)[1]
+    started = time.monotonic()
     rc, err = run_cli(tmp_path, study)
+    took = time.monotonic() - started
     assert rc == 12, err
     record = results.latest_failure(tmp_path / "failures", NAME)
     assert record["class"] == "server-died" and record["section"] == "short"
     assert record["reason"] == "server died in section short: killed by SIGKILL"
+    assert due > 45 and took < due - 15, (due, took)

@@ -3,7 +3,8 @@
     python tests/mutation/run.py                          # every target in targets.txt
     python tests/mutation/run.py 'specsweep.client.*'     # a subset, by mutmut name glob
     python tests/mutation/run.py --again                  # in the kept copy, only the mutants not
-                                                          # killed yet, with the tests as they are now
+                                                          # killed yet (less those judged equivalent),
+                                                          # with the tests as they are now
     python tests/mutation/run.py --report                 # the kept copy's score and survivors
 
 mutmut (3.x) mutates a copy of the package, one small change at a time (a condition inverted, a
@@ -15,9 +16,10 @@ hits.py and sitecustomize.py here).
 
 One mutant at a time (--max-children 1): the tests measure with the quiet-host guard on, and a
 second mutant's tests on the other core would fail them for noise, not for the mutant. Tests that
-killed earlier mutants run first, and a mutant meets at most $SPECSWEEP_MUTATION_MAX_TESTS (15) of
-the tests that reach it (tests/mutation/hits.py): a mutant only a later test would kill counts as
-surviving, so the score errs low. Set it to 0 to try every test.
+killed earlier mutants, those aimed at the function (aimed.txt) and the quick ones (under a second)
+run first; a mutant meets every quick test that reaches it and at most
+$SPECSWEEP_MUTATION_MAX_TESTS (15) others (tests/mutation/hits.py): a mutant only a later test
+would kill counts as surviving, so the score errs low. Set it to 0 to try every test.
 
 Prints and writes build/mutation/report.txt: the score (killed over all tried, less the mutants
 judged equivalent in equivalent.txt), and the diff of every other survivor.
@@ -156,7 +158,9 @@ def main(argv: list[str]) -> int:
         globs, code = read_list("targets.txt"), 0
     elif argv == ["--again"]:
         globs = read_list("targets.txt")
-        last = [n for n, s in outcomes(globs).items() if s not in KILLED]
+        # Survivors judged equivalent are not retried (each costs every test that reaches it);
+        # a fresh run tries them again and flags any that a test now kills.
+        last = [n for n, s in outcomes(globs).items() if s not in KILLED and n not in equivalents()]
         refresh_tests()
         code = run_mutmut(last) if last else 0
     else:

@@ -26,6 +26,7 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   stop-after-request:N   SIGSTOP itself on the first HTTP request after request N completed
   drop-at-request:N      close the connection after a few tokens of request N and serve on
   no-listen              run without ever listening (a stranger may take the port)
+  stop-at-startup        SIGSTOP itself once listening: connections are accepted, never answered
   port-in-use-at-startup print llama-server's bind failure and exit 1
   uncounted-at-request:N final event of request N without its count of generated tokens
   misevaluated-at-request:N  final event of request N counts one prompt token fewer than sent
@@ -292,6 +293,9 @@ def main() -> None:
     ThreadingHTTPServer.request_queue_size = 512  # the default backlog of 5 resets concurrent connects
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
+    if state.fault == "stop-at-startup":  # the kernel still accepts on the bound socket
+        print("fault-server: stopping itself while listening", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
     print(f"fault-server: listening on {args.host}:{args.port} ({args.fault}) "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", file=sys.stderr, flush=True)
     server.serve_forever()

@@ -52,6 +52,10 @@ CASES = [
     ("signature-at-startup", {}, 10, "server-start", "startup", ["illegal instruction was encountered"]),
     ("never-ready", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup",
      ["server not ready after 1.5 s (health check answered HTTP 503", "Loading model", "listening on"]),
+    # Health probes connect but get no answer: each must give up (health_timeout_s), or startup
+    # would wait forever instead of its startup_timeout_s.
+    ("stop-at-startup", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup",
+     ["server not ready after 1.5 s (health check failed: ReadTimeout)"]),
     ("port-in-use-at-startup", {}, 15, "port-conflict", "startup",
      ["server exited during startup: main: couldn't bind HTTP server socket"]),
     ("die-at-request:1", {}, 12, "server-died", "warmup", ["killed by SIGKILL"]),
@@ -90,6 +94,8 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
     signature = {"signature-at-startup": "cuda-illegal-instruction", "crash-at-request": "cuda-illegal-instruction",
                  "port-in-use-at-startup": "port-in-use", "exit-at-startup": "bad-arguments"}
     assert record["signature"] == signature.get(fault.split(":")[0]), record
+    if fault in signature and fault.endswith("-at-startup"):  # it exited: how, and the lines that say why
+        assert record["server_exit"] == "exited with code 1" and record["evidence"], record
     log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
     # A server still running at teardown is asked to stop (SIGTERM) before SIGKILL; a hung one is not.
     graceful = fault.split(":")[0] in GRACEFUL
@@ -97,7 +103,7 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
 
 
 # Faults after which the server still runs and answers signals when it is torn down.
-GRACEFUL = {"never-ready", "metrics-gone-after-request", "short-at-request", "uncounted-at-request", "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
+GRACEFUL = {"never-ready", "stop-at-startup", "metrics-gone-after-request", "short-at-request", "uncounted-at-request", "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
             "miscount-at-request", "unhealthy-after-request", "drop-at-request"}
 
 
@@ -205,6 +211,17 @@ def test_a_stranger_answering_on_our_port_after_launch_is_never_benchmarked(tmp_
     assert_clean_failure(tmp_path, proc.returncode, err, code=15, cls="port-conflict", section="startup",
                          words=[f"port {port} answers, but from pid(s) [{stranger.pid}], not ours"])
     assert "tok/s" not in err  # nothing was measured against the stranger
+
+
+def test_a_server_that_listens_from_a_child_of_the_launched_process_is_ours(tmp_path, model):
+    # Launchers and wrappers (a shell, conda run, SGLang's and vLLM's API processes) serve from a
+    # child of the process specsweep starts: that listener is ours, not a stranger.
+    study = fault_study(model)
+    wrapper = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+    study["server"]["command"] = ["{binary}", "-c", wrapper, *study["server"]["command"]]
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 0, err
+    assert results.load_result(tmp_path / "runs" / f"{NAME}.json")["sections"]
 
 
 def test_port_already_served_is_never_benchmarked(tmp_path, model):

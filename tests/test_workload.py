@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import queue
 import re
 import statistics
+import sys
 import time
 
 import pytest
 
-from specsweep import results, workload
+from specsweep import backends, results, workload
 from specsweep.config import Section, expand_grid
+from specsweep.errors import InvalidResponse, ServerDied
+from specsweep.probes import free_port
+from specsweep.server import ServerProcess
 from test_faults import NAME, fault_study, run_cli
 
 
@@ -131,3 +136,32 @@ def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once
     assert record["class"] == "server-died" and record["section"] == "short"
     assert record["reason"] == "server died in section short: killed by SIGKILL"
     assert due > 45 and took < due - 15, (due, took)
+
+
+def test_a_request_failure_from_a_server_already_dead_is_the_death_not_the_request(tmp_path):
+    # The failed request reaches the collector before the watcher reports the exit (a race the
+    # end-to-end faults cannot pin): the record must still say the server died, and why.
+    # (split so that the command, which heads the log, does not itself match the signature)
+    crash = "import sys; print('CUDA error: an illegal ' + 'instruction was encountered', flush=True); sys.exit(1)"
+    server = ServerProcess([sys.executable, "-c", crash], port=free_port(), log_path=tmp_path / "server.log",
+                           startup_timeout_s=5, backend=backends.get("llama-server"))
+    done: queue.Queue = queue.Queue()
+    done.put(InvalidResponse("stream ended without a final event"))
+    with server:
+        server.proc.wait(timeout=30)
+        server._watcher.join(timeout=5)
+        server.died.clear()  # the watcher has not told anyone yet
+        with pytest.raises(ServerDied) as caught:
+            workload._collect(server, Section(name="short", output_tokens=8, requests=2), done, expected=2)
+    assert caught.value.reason == "server died in section short: CUDA error: an illegal instruction was encountered"
+    assert caught.value.signature == "cuda-illegal-instruction"
+
+
+def test_a_request_failure_from_a_live_server_is_raised_as_it_is_with_its_section(tmp_path):
+    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], port=free_port(),
+                           log_path=tmp_path / "server.log", startup_timeout_s=5, backend=backends.get("llama-server"))
+    done: queue.Queue = queue.Queue()
+    done.put(InvalidResponse("stream ended without a final event"))
+    with server, pytest.raises(InvalidResponse) as caught:
+        workload._collect(server, Section(name="medium", output_tokens=8, requests=2), done, expected=2)
+    assert caught.value.reason == "stream ended without a final event" and caught.value.section == "medium"

@@ -57,9 +57,9 @@ def _trying_a_mutant() -> str:
 def killers_first(items: list, config) -> None:
     """The tests most likely to kill the mutant first (mutmut passes its set unordered), so
     that with -x a mutant is usually dead after one test: those that killed a mutant of the same
-    function (the most recent first), then those aimed at it (aimed.txt), then the quick ones (under a second at the statistics run:
-    unit tests aimed at one check), then those that killed other functions' mutants, then the
-    rest, quickest first. The quick ones all run, and at most $SPECSWEEP_MUTATION_MAX_TESTS
+    function (the most recent first), then those aimed at it (aimed.txt), then the quick ones
+    (under a second at the statistics run), then those that killed other functions' mutants,
+    then the rest, quickest first. The quick ones all run, and at most $SPECSWEEP_MUTATION_MAX_TESTS
     others: a mutant that only a later test would kill counts as surviving, so the score errs
     low, never high."""
     mutant = _trying_a_mutant()

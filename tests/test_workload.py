@@ -138,15 +138,21 @@ def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once
     assert due > 45 and took < due - 15, (due, took)
 
 
+def _collector_with_one_failure(tmp_path, code: str) -> tuple[ServerProcess, queue.Queue]:
+    """A server running `code` and a queue holding one failed request, as _collect receives them."""
+    server = ServerProcess([sys.executable, "-c", code], port=free_port(), log_path=tmp_path / "server.log",
+                           startup_timeout_s=5, backend=backends.get("llama-server"))
+    done: queue.Queue = queue.Queue()
+    done.put(InvalidResponse("stream ended without a final event"))
+    return server, done
+
+
 def test_a_request_failure_from_a_server_already_dead_is_the_death_not_the_request(tmp_path):
     # The failed request reaches the collector before the watcher reports the exit (a race the
     # end-to-end faults cannot pin): the record must still say the server died, and why.
     # (split so that the command, which heads the log, does not itself match the signature)
     crash = "import sys; print('CUDA error: an illegal ' + 'instruction was encountered', flush=True); sys.exit(1)"
-    server = ServerProcess([sys.executable, "-c", crash], port=free_port(), log_path=tmp_path / "server.log",
-                           startup_timeout_s=5, backend=backends.get("llama-server"))
-    done: queue.Queue = queue.Queue()
-    done.put(InvalidResponse("stream ended without a final event"))
+    server, done = _collector_with_one_failure(tmp_path, crash)
     with server:
         server.proc.wait(timeout=30)
         server._watcher.join(timeout=5)
@@ -158,10 +164,7 @@ def test_a_request_failure_from_a_server_already_dead_is_the_death_not_the_reque
 
 
 def test_a_request_failure_from_a_live_server_is_raised_as_it_is_with_its_section(tmp_path):
-    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], port=free_port(),
-                           log_path=tmp_path / "server.log", startup_timeout_s=5, backend=backends.get("llama-server"))
-    done: queue.Queue = queue.Queue()
-    done.put(InvalidResponse("stream ended without a final event"))
+    server, done = _collector_with_one_failure(tmp_path, "import time; time.sleep(60)")
     with server, pytest.raises(InvalidResponse) as caught:
         workload._collect(server, Section(name="medium", output_tokens=8, requests=2), done, expected=2)
     assert caught.value.reason == "stream ended without a final event" and caught.value.section == "medium"

@@ -45,6 +45,7 @@ onstart:
 
 onsuccess:
     clean_partial_reports()
+    print_answer()
 
 
 onerror:

@@ -10,6 +10,7 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   none                   behave
   exit-at-startup        print a removed-argument error and exit 1 before listening
   signature-at-startup   print a CUDA illegal-instruction traceback and exit 1
+  oom-at-startup         run out of host memory while loading: std::bad_alloc, then abort (SIGABRT)
   never-ready            /health answers 503 "Loading model" forever
   die-at-request:N       SIGKILL itself after a few tokens of request N
   die-after-request:N    SIGKILL itself right after request N completed
@@ -272,6 +273,13 @@ def main() -> None:
         print("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal instruction was "
               "encountered\nCUDA kernel errors might be asynchronously reported", file=sys.stderr, flush=True)
         sys.exit(1)
+    if state.fault == "oom-at-startup":
+        # llama.cpp sizes its buffers from -c at load (src/llama-context.cpp); an allocation the host
+        # cannot satisfy throws std::bad_alloc, uncaught, so libstdc++'s verbose terminate handler
+        # (libsupc++/vterminate.cc) prints these two lines and calls abort().
+        print("llama_context: n_ctx = 2000000000\nterminate called after throwing an instance of "
+              "'std::bad_alloc'\n  what():  std::bad_alloc", file=sys.stderr, flush=True)
+        os.abort()
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else _graceful_exit)
     if state.fault == "port-in-use-at-startup":  # llama.cpp tools/server: LOG_ERR when the bind fails
         print("main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080", file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """Aggregation from valid results only: failures, exclusions and gaps stay what they are."""
 
+import json
 import math
 
 import pandas as pd
@@ -152,3 +153,33 @@ def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():
     styles = {label: c.lines[0].get_linestyle() for label, c in lines.items()}
     assert styles["tp 1, ctx 64"] != styles["tp 2, ctx 64"]
     plt.close(fig)
+
+
+def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers_reproducing_ones(tmp_path):
+    """A missing model, a full disk or Ctrl-C gets what to do about it, never an exclude: entry;
+    a CUDA illegal instruction gets one; the lines name the class and its configurations."""
+    from specsweep.errors import ConfigError, Interrupted, ResultWriteError, ServerDied, ServerStartError
+    from specsweep.results import failure_record, write_failure
+
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4, 8, 16], "tp": [1], "context": [128]}})
+    specs = {s.budget: s for s in study.expand_grid(cfg)}
+    errors = {
+        0: ConfigError("model file /m.gguf does not exist (llama-server serves one GGUF file)"),
+        2: ResultWriteError("cannot write results/runs/x.json: No space left on device"),
+        4: Interrupted(2),
+        8: ServerDied("server died in section short: RuntimeError: CUDA error: an illegal instruction was "
+                      "encountered", signature="cuda-illegal-instruction",
+                      evidence=["RuntimeError: CUDA error: an illegal instruction was encountered"]),
+        16: ServerStartError("server exited during startup: error loading model", signature="model-load",
+                             evidence=["error loading model"]),
+    }
+    for budget, error in errors.items():
+        write_failure(tmp_path, failure_record(name=specs[budget].name, spec=json.loads(specs[budget].to_json()),
+                                               error=error, started_at="t", attempt=1, server_log=None, log_tail=""))
+    report = aggregate.failure_report(aggregate.summarize(cfg, tmp_path / "runs", tmp_path), tmp_path)
+    pasted = [line for line in report.splitlines() if line.startswith("  - {")]
+    assert len(pasted) == 1 and '"budget": 8' in pasted[0], report
+    assert "Next, for config (tp1-b0-ctx128): fix the study file" in report
+    assert "Next, for result-write (tp1-b2-ctx128): free disk space" in report
+    assert "Next, for interrupted (tp1-b4-ctx128): run the same command again to finish the study" in report
+    assert "Next, for server-start (tp1-b16-ctx128): read the cause in the server log" in report

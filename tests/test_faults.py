@@ -50,6 +50,9 @@ CASES = [
     ("exit-at-startup", {}, 10, "server-start", "startup",
      ["server exited during startup: error: the argument has been removed"]),
     ("signature-at-startup", {}, 10, "server-start", "startup", ["illegal instruction was encountered"]),
+    # Out of host memory at load: the cause from the log, not a bare "exited" (and no exclusion offered).
+    ("oom-at-startup", {}, 10, "server-start", "startup",
+     ["server exited during startup: terminate called after throwing an instance of 'std::bad_alloc'"]),
     ("never-ready", {"startup_timeout_s": 1.5}, 11, "server-timeout", "startup",
      ["server not ready after 1.5 s (health check answered HTTP 503", "Loading model", "listening on"]),
     # Health probes connect but get no answer: each must give up (health_timeout_s), or startup
@@ -92,10 +95,12 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
     record = assert_clean_failure(tmp_path, rc, err, code=code, cls=cls, section=section, words=words)
     assert f"FAILED [{cls}]" in err
     signature = {"signature-at-startup": "cuda-illegal-instruction", "crash-at-request": "cuda-illegal-instruction",
-                 "port-in-use-at-startup": "port-in-use", "exit-at-startup": "bad-arguments"}
+                 "port-in-use-at-startup": "port-in-use", "exit-at-startup": "bad-arguments",
+                 "oom-at-startup": "host-oom"}
     assert record["signature"] == signature.get(fault.split(":")[0]), record
     if fault in signature and fault.endswith("-at-startup"):  # it exited: how, and the lines that say why
-        assert record["server_exit"] == "exited with code 1" and record["evidence"], record
+        how = "killed by SIGABRT" if fault == "oom-at-startup" else "exited with code 1"
+        assert record["server_exit"] == how and record["evidence"], record
     log = (tmp_path / "server.log").read_text() if (tmp_path / "server.log").exists() else ""
     # A server still running at teardown is asked to stop (SIGTERM) before SIGKILL; a hung one is not.
     graceful = fault.split(":")[0] in GRACEFUL

@@ -55,7 +55,13 @@ def checkout(tmp_path_factory) -> Path:
         name = block.splitlines()[0].split()[1].rstrip(":")  # "# my-study.yaml: what it is"
         if name.endswith(".yaml"):
             (dest / name).write_text(block)
+    (dest / "old" / "results").mkdir(parents=True)  # the compare line's baseline: an earlier study's folder
     return dest
+
+
+# Studies for a GPU box: their model folders and server Pythons are not on this machine, and the
+# plan must say so in one line instead of planning a sweep that cannot start.
+GPU_STUDIES = ("config/sglang-ddtree.yaml", "config/vllm-gpu.yaml")
 
 
 @pytest.mark.parametrize("line", commands())
@@ -66,5 +72,9 @@ def test_readme_command_works_as_written(checkout, line):
     else:
         argv = [sys.executable, *argv[1:]]
     proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+    if any(gpu in line for gpu in GPU_STUDIES):
+        assert proc.returncode != 0 and "config error: " in proc.stderr, proc.stdout + proc.stderr
+        assert re.search(r"(model\.path|server\.binary)\b.* (does not exist|is not on PATH)", proc.stderr), proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr

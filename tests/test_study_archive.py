@@ -179,7 +179,7 @@ def test_an_inconsistent_folder_is_not_archived(tmp_path):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium, driven by its chromedriver (.ci/run installs both)."""
+    """Debian's Chromium, driven by its chromedriver (tests/system-packages.sh installs both)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

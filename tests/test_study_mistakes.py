@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,6 +31,15 @@ CASES = {
                     ["--host 0.0.0.0 exposes the server", "allow_remote_bind"]),
     "api key without variable": ({"server": {"command": ["{binary}", "--port", "{port}", "--api-key", "{api_key}"]}},
                                  {}, ["server.api_key_env is not set"]),
+    # Paths on this machine: a typo fails the plan, not the first configuration minutes later.
+    "model file missing": ({"model": {"path": "models/smollm.gguf"}}, {},
+                           ["model.path: model file models/smollm.gguf does not exist"]),
+    "binary missing": ({"server": {"binary": "/opt/llama/bin/llama-servr"}}, {},
+                       ["server.binary /opt/llama/bin/llama-servr does not exist"]),
+    "binary not on PATH": ({"server": {"binary": "llama-servr"}}, {}, ["server.binary llama-servr is not on PATH"]),
+    "binary not executable": ({"server": {"binary": "./server.sh"}}, {"server.sh": "#!/bin/sh\n"},
+                              ["server.binary ./server.sh is not executable", "chmod +x"]),
+    "baseline missing": ({"compare": {"baseline": "old/results"}}, {}, ["compare.baseline old/results does not exist"]),
 }
 
 
@@ -76,3 +86,21 @@ def test_a_study_that_is_not_a_mapping_is_refused_without_a_traceback(tmp_path):
                          capture_output=True, text=True, timeout=120)
     said = dry.stdout + dry.stderr  # this one is Snakemake's own message, on stdout
     assert dry.returncode != 0 and "keys at top level" in said and "Traceback" not in said
+
+
+@pytest.mark.parametrize("which", ["study", "prompts"])
+def test_a_file_that_is_not_utf8_is_named_without_a_traceback(tmp_path, which):
+    """A study or prompts file saved in Latin-1: one line naming the file, the byte and the fix."""
+    latin1 = '{"prompt": "caf\xe9 ' + "word " * 400 + '"}\n'
+    if which == "prompts":
+        (tmp_path / "p.jsonl").write_bytes(latin1.encode("latin-1"))
+        path = write(tmp_path, {"workload": {"prompts_file": "p.jsonl"}}, {})
+        words = ["prompts file p.jsonl is not UTF-8 text (byte 0xe9 at offset 15)"]
+    else:
+        path = str(tmp_path / "study.yaml")
+        Path(path).write_bytes("study: caf\xe9\n".encode("latin-1"))
+        words = [f"study config {path} is not UTF-8 text (byte 0xe9 at offset 10)"]
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "grid", "--config", path], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "save it as UTF-8" in proc.stderr, proc.stderr
+    assert all(w in proc.stderr for w in words) and "Traceback" not in proc.stderr, proc.stderr

@@ -44,10 +44,11 @@ rule summary_table:
         runs="results/runs",
         failures="results/failures",
         invalid="results/invalid",
+        stale="results/summary.png",
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
-        "--quarantine {params.invalid} --csv {output.csv} 2> {log} && "
+        "--quarantine {params.invalid} --stale {params.stale} --csv {output.csv} 2> {log} && "
         "{PYTHON} -m specsweep report-data --config-json {params.study:q} "
         "--summary {output.csv} --runs {params.runs} --failures {params.failures} "
         "--best {output.best} --front {output.front} --failures-page {output.failures} "

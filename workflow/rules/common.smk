@@ -11,6 +11,7 @@ from specsweep.errors import ConfigError
 # express, before any job is planned: a study mistake stops `snakemake -n` with one line.
 try:
     study.validate_study(config)
+    study.check_local_paths(config)
 except ConfigError as exc:
     sys.exit(f"config error: {exc.reason}")
 
@@ -46,6 +47,13 @@ wildcard_constraints:
 
 # The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
 SPECS = {spec.name: spec for spec in study.expand_grid(config)}
+
+# Before the plan: a result damaged or replaced since the summary was made is moved aside, and a
+# summary figure it no longer backs is removed, so that this very run measures it again. Only
+# where the whole study is planned: a cluster job parses this file again on its node.
+if workflow.is_main_process:
+    for line in aggregate.refuse_stale(config):
+        print(f"specsweep: {line}", file=sys.stderr)
 PROVISIONED = study.provisioned(config)
 LAUNCH = {name: study.shown_command(spec) for name, spec in SPECS.items()}
 
@@ -168,11 +176,15 @@ def report_failed_run():
         return
     table = aggregate.failure_report(frame, "results/failures")
     print(
-        f"\n{table or 'No configuration failed; a provisioning or aggregation step did (see above).'}\n"
-        f"Partial summary with the failures marked: {PARTIAL_PNG}, {PARTIAL_CSV}; "
+        "\n"
+        + (
+            table
+            or "No configuration failed; the step named above did (its log is under logs/): "
+            "fix its cause and run the same command again."
+        )
+        + f"\nPartial summary with the failures marked: {PARTIAL_PNG}, {PARTIAL_CSV}; "
         f"failed configurations: {FAILED_CSV}; records: results/failures/<name>/.\n"
-        "Next: fix the cause or add the configuration to 'exclude' in the config, then run the "
-        "same command again; only configurations without a result are run.",
+        "The same command runs only the configurations without a result.",
         file=sys.stderr,
     )
 
@@ -186,3 +198,12 @@ def clean_partial_reports():
         partial = Path(PARTIAL_PNG).parent
         if partial.is_dir() and not any(partial.iterdir()):
             partial.rmdir()
+
+
+def print_answer():
+    """After a run that made the summary: the answer on the terminal, where a person looks first."""
+    from specsweep.report import terminal_answer
+
+    summary, best = Path("results/summary.csv"), Path("results/best.csv")
+    if Path("results/summary.png").is_file() and best.is_file() and summary.is_file():
+        print(terminal_answer(summary, best), file=sys.stderr)

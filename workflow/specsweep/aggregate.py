@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import paths
 from .config import RunSpec, axis_matches, expand_grid
-from .errors import IncomparableResults, ResultRefused
+from .errors import ConfigError, IncomparableResults, ResultRefused, advice_for
 from .results import (InvalidResult, failure_record, latest_failure, next_attempt, read_result, utc_now,
                       write_failure, write_text_atomic)
 
@@ -68,11 +69,32 @@ def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -
             result = read_result(path)
         except InvalidResult as exc:
             return _status_rows(base, spec, INVALID, str(exc))
+        if (other := measured_otherwise(result, spec)) is not None:
+            return _status_rows(base, spec, INVALID, other)
         return [{**base, "status": OK, "reason": "", **row} for row in result.summary_rows()]
     failure = latest_failure(failures_dir, spec.name)
     if failure is not None:
         return _status_rows(base, spec, FAILED, f"[{failure['class']}] {failure['reason']}")
     return _status_rows(base, spec, MISSING, "no result and no failure record")
+
+
+def measured_otherwise(result, spec: RunSpec) -> str | None:
+    """Why a valid result is not this grid point's measurement (another study or configuration).
+
+    A result written outside this study's workflow (a hand run of another study file, a file
+    copied in) has no Snakemake metadata, so nothing would ever rerun it: aggregation refuses it.
+    """
+    try:
+        stored = RunSpec.from_dict(result.spec)
+    except ConfigError:
+        return "its spec cannot be read as a configuration of this specsweep"
+    if stored.study != spec.study:
+        return f"measured for study {stored.study!r}, not this study {spec.study!r}"
+    if stored != spec.resolved(binary=stored.binary, model_path=stored.model_path):
+        differ = sorted(f for f in vars(spec) if getattr(stored, f) != getattr(
+            spec.resolved(binary=stored.binary, model_path=stored.model_path), f))
+        return f"measured with another configuration than the study's ({', '.join(differ)} differ)"
+    return None
 
 
 def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[dict]:
@@ -137,31 +159,79 @@ def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path | None 
 
 
 def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invalid_dir: Path,
-                       failures_dir: Path) -> None:
+                       failures_dir: Path, stale: tuple[Path, ...] = ()) -> None:
     """Move every result aggregation refused out of the way, with a failure record, and fail.
 
     A refused file left in place would look finished to Snakemake and never be rerun; moved
-    aside (never deleted) it is kept for inspection, and the next run measures it anew.
+    aside (never deleted) it is kept for inspection, and the next run measures it anew. The
+    ``stale`` files (the summary figure made from the refused results) are removed, so the next
+    run cannot find them up to date.
     """
     bad = frame[frame["status"] == INVALID].drop_duplicates("name")
     if bad.empty:
         return
-    stamp = utc_now().replace(":", "").replace("+0000", "Z")
     specs = {s.name: s for s in expand_grid(config)}
-    lines = []
-    for row in bad.itertuples():
-        source, target = Path(runs_dir) / f"{row.name}.json", Path(invalid_dir) / f"{row.name}-{stamp}.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source.replace(target)
-        error = ResultRefused(f"result refused by aggregation ({row.reason}); moved to {target}")
-        write_failure(failures_dir, failure_record(
-            name=row.name, spec=json.loads(specs[row.name].to_json()), error=error, started_at=utc_now(),
-            attempt=next_attempt(failures_dir, row.name), server_log=None, log_tail=""))
-        lines.append(f"{source}: {row.reason} (moved to {target})")
+    lines = [quarantine(specs[row.name], row.reason, runs_dir, invalid_dir, failures_dir) for row in bad.itertuples()]
+    for path in stale:
+        Path(path).unlink(missing_ok=True)
     raise ResultRefused(
         f"{len(lines)} result file(s) cannot be aggregated:\n  " + "\n  ".join(lines)
         + "\nRun the same command again: those configurations will be measured anew."
     )
+
+
+def quarantine(spec: RunSpec, reason: str, runs_dir: Path, invalid_dir: Path, failures_dir: Path) -> str:
+    """Move one refused result into invalid_dir with a failure record; return the line that says so."""
+    stamp = utc_now().replace(":", "").replace("+0000", "Z")
+    source, target = Path(runs_dir) / f"{spec.name}.json", Path(invalid_dir) / f"{spec.name}-{stamp}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source.replace(target)
+    error = ResultRefused(f"result refused by aggregation ({reason}); moved to {target}")
+    write_failure(failures_dir, failure_record(
+        name=spec.name, spec=json.loads(spec.to_json()), error=error, started_at=utc_now(),
+        attempt=next_attempt(failures_dir, spec.name), server_log=None, log_tail=""))
+    return f"{source}: {reason} (moved to {target})"
+
+
+def refuse_stale(config: dict, root: Path = Path(".")) -> list[str]:
+    """Before planning: results that cannot stand are moved aside, and a summary made without them goes.
+
+    Called when the workflow is parsed, so that the very next main command measures again what
+    has no valid result: a result damaged or replaced by hand since the summary was made (only
+    those newer than the summary are read, so a large finished study plans as fast as before),
+    and a summary figure that a result it was built from no longer backs. Returns the lines to
+    show the person who runs it.
+    """
+    root = Path(root)
+    made = max((p.stat().st_mtime for p in (root / paths.SUMMARY_CSV, root / paths.PARTIAL_CSV) if p.exists()),
+               default=None)
+    lines, gone = [], []
+    for spec in expand_grid(config):
+        if exclusion_reason(config, spec) is not None:
+            continue
+        path = paths.run_result(spec.name, root)
+        if not path.exists():
+            gone.append(spec.name)
+            continue
+        if made is not None and path.stat().st_mtime <= made:
+            continue  # aggregated (and so validated) since it was last written
+        try:
+            problem = measured_otherwise(read_result(path), spec)
+        except InvalidResult as exc:
+            problem = str(exc)
+        if problem is not None:
+            lines.append(quarantine(spec, problem, root / paths.RUNS, root / paths.INVALID, root / paths.FAILURES))
+            gone.append(spec.name)
+    figure = root / paths.SUMMARY_PNG
+    if gone and figure.exists():
+        # Both go: Snakemake does not run a job for a missing input while the file made from it
+        # is still there, so a summary table left in place would keep the refused result unmeasured.
+        for made_from in (figure, root / paths.SUMMARY_CSV):
+            made_from.unlink(missing_ok=True)
+        shown = ", ".join(gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
+        lines.append(f"{paths.SUMMARY_PNG} and {paths.SUMMARY_CSV.name} were made from results that are no longer "
+                     f"there ({shown}): removed, so that this run measures them again")
+    return lines
 
 
 # Signatures that come back on every attempt: a kernel that does not run on this GPU, memory
@@ -171,26 +241,47 @@ REPRODUCING_SIGNATURES = ("cuda-illegal-instruction", "gpu-oom", "context-exceed
 
 
 def failure_report(frame: pd.DataFrame, failures_dir: Path | str | None = None) -> str:
-    """The terminal table a person reads after a run with failures, and the exclusions to paste."""
+    """The terminal table a person reads after a run with failures, what to do for each class that
+    happened, and the exclusions to paste for failures that reproduce on the server's side."""
     bad = not_ok(frame)
     if bad.empty:
         return ""
     lines = [f"{len(bad)} of {frame['name'].nunique()} configurations have no valid result:"]
     for row in bad.itertuples():
         lines.append(f"  {row.name:<20} {row.status:<14} {row.reason}")
-    entries = [e for row in bad.itertuples() if row.status == FAILED and failures_dir is not None
-               and (e := exclude_entry(row, latest_failure(Path(failures_dir), row.name)))]
+    records = {row.name: latest_failure(Path(failures_dir), row.name) if failures_dir is not None else None
+               for row in bad.itertuples() if row.status in (FAILED, INVALID)}
+    lines += next_steps(bad, records)
+    entries = [e for row in bad.itertuples() if row.status == FAILED and (e := exclude_entry(row, records[row.name]))]
     if entries:
-        lines.append("These fail with a signature that reproduces; to leave them out where they fail, paste "
-                     "into the study's exclude: list:")
+        lines.append("These fail with a signature that reproduces on the server's side; to leave them out where "
+                     "they fail, paste into the study's exclude: list:")
         lines += [f"  {e}" for e in entries]
     return "\n".join(lines)
 
 
+def next_steps(bad: pd.DataFrame, records: dict[str, dict | None]) -> list[str]:
+    """One 'what to do' line per failure class present, naming its configurations."""
+    by_class: dict[str, list[str]] = {}
+    for row in bad.itertuples():
+        if row.status == EXCLUDED:
+            continue
+        record = records.get(row.name)
+        name = record["class"] if record else ("invalid-result" if row.status == INVALID else "not run")
+        by_class.setdefault(name, []).append(row.name)
+    lines = []
+    for name, names in by_class.items():
+        what = ("run the main command: they have neither a result nor a failure record" if name == "not run"
+                else advice_for(name))
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines.append(f"Next, for {name} ({shown}): {what}.")
+    return lines
+
+
 def exclude_entry(row, record: dict | None) -> str | None:
     """A ready-to-paste exclude rule (one YAML line) for a deterministic failure with a known signature."""
-    if not record or (record.get("signature") not in REPRODUCING_SIGNATURES and record.get("transient", True)):
-        return None
+    if not record or record.get("signature") not in REPRODUCING_SIGNATURES:
+        return None  # a missing file, a full disk, an interrupt: excluding would hide the mistake
     cause = (record.get("evidence") or [record.get("reason", "")])[0]
     reason = f"{record.get('signature') or record.get('class')}: {cause}"[:200]
     rule = {"tp": int(row.tp), "budget": int(row.budget), "context": int(row.context)}

@@ -13,13 +13,14 @@ import os
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import yaml
 
 from . import __version__, aggregate, provenance, results
-from .config import RunSpec, expand_grid
+from .config import expand_grid
 from .errors import InconsistentStudy, SpecsweepError, VerifyFailed
 
 MANIFEST = "MANIFEST.sha256"
@@ -58,9 +59,8 @@ def check_consistent(config: dict, root: Path) -> list[str]:
         except results.InvalidResult as exc:
             problems.append(f"{path}: {exc}")
             continue
-        stored = RunSpec.from_dict(doc["spec"])
-        if stored != spec.resolved(binary=stored.binary, model_path=stored.model_path):
-            problems.append(f"{path}: measured with another configuration than the study's (rerun the main command)")
+        if (other := aggregate.measured_otherwise(results.Result.from_json(doc), spec)) is not None:
+            problems.append(f"{path}: {other} (the main command measures it again)")
         versions.setdefault(doc["specsweep_version"], []).append(path.name)
     if len(versions) > 1:
         problems.append("results of several specsweep versions: " + "; ".join(
@@ -150,19 +150,40 @@ def _write_tar(out: Path, files: dict[str, bytes]) -> None:
 
 
 def unpack(archive: Path, dest: Path) -> Path:
-    """Extract an archive; return its study folder."""
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+    """Extract an archive; return its study folder. A damaged or truncated file is refused by name."""
+    import zlib
+
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise VerifyFailed(f"{archive} cannot be unpacked ({type(exc).__name__}: {exc}): it is damaged or "
+                           f"truncated; copy it again from where it was made") from exc
+    if not (dest / "study").is_dir():
+        raise VerifyFailed(f"{archive} holds no study/ folder: not a specsweep study archive")
     return dest / "study"
 
 
-def verify(folder: Path) -> int:
-    """Check every file against the manifest; raise VerifyFailed naming what differs."""
+@dataclass(frozen=True)
+class Verified:
+    """What `verify` found: the manifest's files all match; ``unlisted`` were added after packing."""
+
+    checked: int
+    unlisted: tuple[str, ...]
+
+
+def verify(folder: Path) -> Verified:
+    """Check every file the manifest lists; raise VerifyFailed naming what is missing or changed.
+
+    Files the manifest does not list are not the study's: REPRODUCE.md's own steps add some
+    (a virtualenv, rebuilt.csv, Snakemake's .snakemake/ in code/). They are reported, grouped
+    by folder, and never fail the check.
+    """
     manifest = folder / MANIFEST
     if not manifest.is_file():
         raise VerifyFailed(f"{manifest} is missing: not a specsweep study archive")
     bad, listed = [], set()
-    for line in manifest.read_text().splitlines():
+    for line in manifest.read_text(errors="replace").splitlines():
         digest, _, path = line.partition("  ")
         listed.add(path)
         target = folder / path
@@ -170,12 +191,22 @@ def verify(folder: Path) -> int:
             bad.append(f"{path}: missing")
         elif hashlib.sha256(target.read_bytes()).hexdigest() != digest:
             bad.append(f"{path}: content differs from the manifest")
-    extra = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                   if p.is_file() and p.relative_to(folder).as_posix() not in listed | {MANIFEST})
-    bad += [f"{path}: not in the manifest" for path in extra]
     if bad:
         raise VerifyFailed(f"{len(bad)} file(s) fail verification:\n  " + "\n  ".join(bad))
-    return len(listed)
+    return Verified(len(listed), _unlisted(folder, listed | {MANIFEST}))
+
+
+def _unlisted(folder: Path, listed: set[str]) -> tuple[str, ...]:
+    """Files added since packing, as their top folders ('.venv/', 'code/.snakemake/') or names."""
+    groups = set()
+    for path in folder.rglob("*"):
+        rel = path.relative_to(folder).as_posix()
+        if not path.is_file() or rel in listed:
+            continue
+        parts = rel.split("/")
+        depth = 2 if parts[0] == "code" and len(parts) > 2 else 1  # code/ is the study's; its new folders are not
+        groups.add("/".join(parts[:depth]) + ("/" if len(parts) > depth else ""))
+    return tuple(sorted(groups))
 
 
 def rebuild_summary(folder: Path, out: Path) -> Path:

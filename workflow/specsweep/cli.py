@@ -18,8 +18,19 @@ from pathlib import Path
 
 import yaml
 
-from . import aggregate, command, config, hardware, hostload, provision, results, signatures
+from . import aggregate, command, config, hardware, hostload, paths, provision, results, signatures
 from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
+
+
+def entry() -> None:
+    """The console script `specsweep` and `python -m specsweep`: exit with main's code."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specsweep grid ... | head`: the reader left, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecsweepError as exc:
         print(f"specsweep: {exc.failure_class}: {exc.reason}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # the reader of our output left: entry() ends quietly
     except Exception as exc:  # a bug: one line for the user, the traceback on request
         if os.environ.get("SPECSWEEP_DEBUG"):
             traceback.print_exc()
@@ -78,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     agg.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
     agg.add_argument("--quarantine", type=Path,
                      help="move results that cannot be aggregated into this folder and fail, so they are rerun")
+    agg.add_argument("--stale", type=Path, nargs="*", default=[],
+                     help="files made from the results to remove when one is refused (the summary figure)")
     agg.set_defaults(func=cmd_aggregate)
 
     plot = sub.add_parser("plot", help="summary figure from the summary table")
@@ -157,8 +172,10 @@ def cmd_run(args) -> int:
 
     spec = _run_spec(args)
     guard = _guard(args)
-    out = args.out or Path("results/runs") / f"{spec.name}.json"
+    out = args.out or paths.run_result(spec.name)
     server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
+    if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
+        _check_same_study(spec, out.parent)
     if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
         say(spec, f"not retried: the last attempt failed deterministically [{previous['class']}] "
                   f"{previous['reason']}; fix it or exclude the configuration")
@@ -184,7 +201,8 @@ def cmd_run(args) -> int:
         record["compute_capability"] = hardware.local_compute_capability()  # where it failed, for exclusions
         hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
         path = _write_failure(args.failures_dir, json.loads(command.redact_text(json.dumps(record), hidden)))
-        say(spec, f"FAILED [{exc.failure_class}] {command.redact_text(exc.reason, hidden)}")
+        reason = " ".join(command.redact_text(exc.reason, hidden).split())  # one line on the terminal
+        say(spec, f"FAILED [{exc.failure_class}] {reason}", terminal=True)
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
 
@@ -194,9 +212,27 @@ def _keep_in_history(spec: config.RunSpec, out: Path) -> None:
     from .runner import say
 
     try:
-        results.archive_runs(out.parent, out.parent.parent / "history", only=out)
-    except OSError as exc:
-        say(spec, f"could not keep a copy in {out.parent.parent / 'history'}: {exc}")
+        results.archive_runs(out.parent, paths.history_of(out.parent), only=out)
+    except (OSError, SpecsweepError) as exc:
+        say(spec, f"could not keep a copy in {paths.history_of(out.parent)}: {exc}")
+
+
+def _check_same_study(spec: config.RunSpec, runs_dir: Path) -> None:
+    """A hand run may not drop a result of one study into another study's results folder.
+
+    Aggregation would refuse it later (and measure that configuration again); refusing here
+    keeps the folder's own result and says what to run instead.
+    """
+    for path in sorted(Path(runs_dir).glob("*.json")):
+        try:
+            other = results.read_result(path).spec.get("study")
+        except results.InvalidResult:
+            continue
+        if other != spec.study:
+            raise ConfigError(
+                f"{runs_dir} holds results of study {other!r} ({path.name}), and this run is of study "
+                f"{spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
+                f"(and --failures-dir, --server-log)")
 
 
 def _settle_after_noisy_host(failures_dir: Path, spec: config.RunSpec, guard: hostload.Guard) -> None:
@@ -303,7 +339,8 @@ def cmd_aggregate(args) -> int:
     study = _study(args)
     frame = aggregate.summarize(study, args.runs, args.failures)
     if args.quarantine is not None:
-        aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
+        aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures,
+                                     stale=tuple(args.stale))
     aggregate.check_comparable(study, args.runs)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = aggregate.failure_report(frame, args.failures)
@@ -379,12 +416,16 @@ def cmd_verify(args) -> int:
 
     from . import archive
 
+    if not args.folder.exists():
+        raise ConfigError(f"{args.folder} does not exist: give the unpacked study/ folder or the study .tar.gz")
     if args.folder.is_file():  # the .tar.gz itself
         with tempfile.TemporaryDirectory() as tmp:
-            count = archive.verify(archive.unpack(args.folder, Path(tmp)))
+            found = archive.verify(archive.unpack(args.folder, Path(tmp)))
     else:
-        count = archive.verify(args.folder)
-    print(f"{args.folder}: all {count} files match the manifest")
+        found = archive.verify(args.folder)
+    print(f"{args.folder}: all {found.checked} files match the manifest")
+    if found.unlisted:
+        print(f"not checked, added after packing (not part of the study): {', '.join(found.unlisted)}")
     return 0
 
 
@@ -397,6 +438,7 @@ def cmd_rebuild(args) -> int:
 
 def cmd_grid(args) -> int:
     study = _study(args)
+    config.check_local_paths(study)
     for spec in config.expand_grid(study):
         reason = aggregate.exclusion_reason(study, spec)
         print(spec.name + (f"\texcluded: {reason}" if reason else ""))

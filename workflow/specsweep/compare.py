@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class Study:
 def open_study(path: Path, tmp: Path) -> Study:
     """A results folder (with summary.csv, or partial/summary.csv after failures) or a .tar.gz of one."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: pass a study's results folder or a .tar.gz of one")
     folder = _unpack(path, tmp) if path.is_file() else path
     for candidate in (folder / "summary.csv", folder / "partial/summary.csv"):
         if candidate.is_file():
@@ -64,8 +67,12 @@ def open_study(path: Path, tmp: Path) -> Study:
 def _unpack(archive: Path, tmp: Path) -> Path:
     if not tarfile.is_tarfile(archive):
         raise ConfigError(f"{archive} is neither a results folder nor a tar archive of one")
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp, filter="data")  # the data filter refuses absolute paths and links out
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")  # the data filter refuses absolute paths and links out
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise ConfigError(f"{archive} cannot be unpacked ({type(exc).__name__}: {exc}): it is damaged or "
+                          f"truncated; copy it again from where it was made") from exc
     found = sorted(p.parent for p in Path(tmp).rglob("summary.csv") if p.parent.name != "partial")
     found += sorted(p.parent.parent for p in Path(tmp).rglob("partial/summary.csv"))
     if not found:

@@ -12,7 +12,7 @@ import yaml
 
 from . import backends, command
 from .errors import ConfigError
-from .prompts import read_prompts_file
+from .prompts import not_utf8, read_prompts_file
 
 EMBEDDED = "embedded"
 
@@ -166,6 +166,8 @@ def load_study(path: str | Path) -> dict:
         config = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read study config {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study config {path} is not UTF-8 text ({not_utf8(exc)}); save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"study config {path} is not valid YAML: {exc}") from exc
     if not isinstance(config, dict):
@@ -201,6 +203,43 @@ def check_study(config: dict) -> None:
     check_env(server["env"])
     if config["workload"]["prompts_file"]:
         check_prompts_file(config["workload"]["prompts_file"], specs)
+
+
+def check_local_paths(config: dict) -> None:
+    """What the study names on this machine exists: checked when a study is planned, so that a typo
+    in a path fails in a second, not after the configurations before it were measured.
+
+    Not part of validate_study: a study archived and rebuilt elsewhere is read without them.
+    """
+    import os
+    import shutil
+
+    backend, binary, model = backends.get(config["backend"]), config["server"]["binary"], config["model"]["path"]
+    if binary != EMBEDDED:
+        found = binary if os.sep in binary else shutil.which(binary)
+        if found is None or not Path(found).expanduser().is_file():
+            raise ConfigError(f"server.binary {binary} {'does not exist' if os.sep in binary else 'is not on PATH'}; "
+                              f"name the server's executable (or the Python that has it) as installed here, or "
+                              f"'embedded' where the backend has one")
+        if not os.access(Path(found).expanduser(), os.X_OK):
+            raise ConfigError(f"server.binary {binary} is not executable; chmod +x it or name the right file")
+    if model != EMBEDDED and (problem := model_path_problem(backend, model)):
+        raise ConfigError(f"model.path: {problem}")
+    baseline = (config.get("compare") or {}).get("baseline")
+    if baseline and not Path(baseline).expanduser().exists():
+        raise ConfigError(f"compare.baseline {baseline} does not exist; give the results folder (or .tar.gz of one) "
+                          f"of the study to compare against")
+
+
+def model_path_problem(backend, model: str) -> str | None:
+    """Why a backend cannot load this model path here, or None (a hub id is the server's to resolve)."""
+    path = Path(model).expanduser()
+    if backend.model_is_file and not path.is_file():
+        return f"model file {model} does not exist ({backend.name} serves one GGUF file)"
+    if not backend.model_is_file and model.startswith(("/", ".", "~")) and not path.exists():
+        return (f"model path {model} does not exist; give an existing folder or file, or a hub id (org/name) that "
+                f"{backend.name} resolves itself")
+    return None
 
 
 def check_command(template: list[str], speculative_args: list[str], *, api_key_env: str | None,

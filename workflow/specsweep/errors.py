@@ -16,6 +16,8 @@ class SpecsweepError(Exception):
     # A deterministic failure happens again on retry (bad flag, preflight); a transient one
     # (a crash under load, a hang) may not. Retry policy reads this.
     transient = False
+    # What a person does about it, said once here for the terminal and the failure table.
+    advice = "see the message above"
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class ConfigError(SpecsweepError):
 
     failure_class = "config"
     exit_code = 2
+    advice = "fix the study file or the command line as the message says, then run the same command again"
 
 
 class ProvisionError(SpecsweepError):
@@ -46,6 +49,10 @@ class ProvisionError(SpecsweepError):
 
     failure_class = "provision"
     exit_code = 3
+    advice = (
+        "read the provisioning log under logs/provision/, fix its cause (network, checksum, compiler), then "
+        "run the same command again"
+    )
 
 
 class ServerStartError(SpecsweepError):
@@ -53,6 +60,10 @@ class ServerStartError(SpecsweepError):
 
     failure_class = "server-start"
     exit_code = 10
+    advice = (
+        "read the cause in the server log the record names; fix the command, its flags or the model, then run"
+        " the same command again"
+    )
 
 
 class ServerNotReady(SpecsweepError):
@@ -60,6 +71,10 @@ class ServerNotReady(SpecsweepError):
 
     failure_class = "server-timeout"
     exit_code = 11
+    advice = (
+        "raise server.startup_timeout_s if the model loads slowly, else read the server log; run the same "
+        "command again"
+    )
     transient = True
 
 
@@ -68,6 +83,7 @@ class ServerDied(SpecsweepError):
 
     failure_class = "server-died"
     exit_code = 12
+    advice = "read the cause in the record and the server log; run the same command again to retry"
     transient = True
 
 
@@ -76,6 +92,10 @@ class ServerHung(SpecsweepError):
 
     failure_class = "server-hung"
     exit_code = 13
+    advice = (
+        "raise server.stall_timeout_s if the server is only slow, else read the server log; run the same "
+        "command again"
+    )
     transient = True
 
 
@@ -84,6 +104,10 @@ class InvalidResponse(SpecsweepError):
 
     failure_class = "invalid-response"
     exit_code = 14
+    advice = (
+        "the server answered with something that is not a measurement (see the record); check the server's "
+        "version and flags"
+    )
 
 
 class ClientOverload(SpecsweepError):
@@ -91,6 +115,10 @@ class ClientOverload(SpecsweepError):
 
     failure_class = "client-overload"
     exit_code = 17
+    advice = (
+        "lower the section's request rate or concurrency, or give the client a core of its own; run the same "
+        "command again"
+    )
     transient = True
 
 
@@ -99,6 +127,10 @@ class NoisyHost(SpecsweepError):
 
     failure_class = "noisy-host"
     exit_code = 18
+    advice = (
+        "stop the processes the record names, or wait until the host is quiet, then run the same command "
+        "again"
+    )
     transient = True
 
 
@@ -108,6 +140,7 @@ class ResultRefused(SpecsweepError):
 
     failure_class = "invalid-result"
     exit_code = 19
+    advice = "run the same command again: the refused results are measured anew"
     transient = True
 
 
@@ -116,6 +149,10 @@ class IncomparableResults(SpecsweepError):
 
     failure_class = "incomparable-results"
     exit_code = 23
+    advice = (
+        "move the results measured under other conditions out of the folder (they are measured again), or "
+        "keep them as a study of their own"
+    )
 
 
 class InconsistentStudy(SpecsweepError):
@@ -123,6 +160,7 @@ class InconsistentStudy(SpecsweepError):
 
     failure_class = "inconsistent-study"
     exit_code = 24
+    advice = "run the main command until every configuration is measured or excluded, then archive"
 
 
 class VerifyFailed(SpecsweepError):
@@ -130,6 +168,7 @@ class VerifyFailed(SpecsweepError):
 
     failure_class = "verify-failed"
     exit_code = 25
+    advice = "the study was changed or damaged after packing: get an intact copy of the archive"
 
 
 class RegressionFound(SpecsweepError):
@@ -137,6 +176,7 @@ class RegressionFound(SpecsweepError):
 
     failure_class = "regression"
     exit_code = 20
+    advice = "look at the regressions listed; rerun both studies with more repeats if the change is small"
 
 
 class DeviceBusy(SpecsweepError):
@@ -144,6 +184,7 @@ class DeviceBusy(SpecsweepError):
 
     failure_class = "device-busy"
     exit_code = 21
+    advice = "free the GPUs the record names (another process holds their memory), then run the same command again"
     transient = True
 
 
@@ -152,6 +193,7 @@ class Excluded(SpecsweepError):
 
     failure_class = "excluded-here"
     exit_code = 22
+    advice = "nothing to do: the study excludes this configuration on this hardware"
 
 
 class PortConflict(SpecsweepError):
@@ -159,6 +201,7 @@ class PortConflict(SpecsweepError):
 
     failure_class = "port-conflict"
     exit_code = 15
+    advice = "run the same command again: another port is picked"
     transient = True
 
 
@@ -167,6 +210,7 @@ class InternalError(SpecsweepError):
 
     failure_class = "internal"
     exit_code = 1
+    advice = "a bug in specsweep: report it with the failure record (SPECSWEEP_DEBUG=1 shows the traceback)"
 
 
 class ResultWriteError(SpecsweepError):
@@ -174,6 +218,7 @@ class ResultWriteError(SpecsweepError):
 
     failure_class = "result-write"
     exit_code = 16
+    advice = "free disk space or fix the permissions of results/, then run the same command again"
 
 
 class Interrupted(SpecsweepError):
@@ -181,6 +226,7 @@ class Interrupted(SpecsweepError):
 
     failure_class = "interrupted"
     exit_code = 130
+    advice = "run the same command again to finish the study: only configurations without a result run"
     transient = True
 
     def __init__(self, signum: int, *, section: str | None = None):
@@ -189,3 +235,14 @@ class Interrupted(SpecsweepError):
         super().__init__(f"interrupted by {signal.Signals(signum).name}", section=section)
         self.signum = signum
         self.exit_code = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def advice_for(failure_class: str) -> str:
+    """The advice of a failure class by its name in records (e.g. 'server-died')."""
+    pending = list(SpecsweepError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls.failure_class == failure_class:
+            return cls.advice
+        pending.extend(cls.__subclasses__())
+    return SpecsweepError.advice

@@ -19,6 +19,8 @@ def read_prompts_file(path: str) -> list[str]:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read prompts file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"prompts file {path} is not UTF-8 text ({not_utf8(exc)}); save it as UTF-8") from exc
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -32,3 +34,8 @@ def read_prompts_file(path: str) -> list[str]:
     if not texts:
         raise ConfigError(f"prompts file {path} holds no prompts")
     return texts
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8, for a message: 'byte 0xe9 at offset 10'."""
+    return f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"

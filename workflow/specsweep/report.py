@@ -172,3 +172,31 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
     results.write_text_atomic(failures_html, failures_page(frame))
     for name, page in configuration_pages(config, frame, runs_dir, failures_dir).items():
         results.write_text_atomic(Path(pages_dir) / f"{name}.html", page)
+
+
+def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> str:
+    """What the terminal shows when the main command succeeds: the best budgets (a few lines of
+    results/best.csv), what has no result and why, and where to look next."""
+    best = pd.read_csv(best_csv)
+    frame = pd.read_csv(summary_csv, keep_default_na=True).fillna({"reason": ""})
+    lines = ["", f"Best draft budget per tp, context and section ({best_csv}; 0 = speculation did not pay):",
+             f"  {'tp':>3} {'context':>8}  {'section':<12} {'best':>5} {'tok/s':>8} {'speedup':>8}  within noise"]
+    for row in best.head(limit).itertuples():
+        if pd.isna(row.best_budget):
+            lines.append(f"  {row.tp:>3} {row.context:>8}  {row.section:<12} {'-':>5}  no budget measured")
+            continue
+        lines.append(f"  {row.tp:>3} {row.context:>8}  {row.section:<12} {int(row.best_budget):>5} "
+                     f"{row.output_tok_s:>8.1f} {_times(row.speedup):>8}  "
+                     f"{row.within_noise if isinstance(row.within_noise, str) and row.within_noise else 'none'}")
+    if len(best) > limit:
+        lines.append(f"  ... {len(best) - limit} more rows in {best_csv}")
+    bad = not_ok(frame)
+    lines.append("Without a result: " + ("none." if bad.empty else ", ".join(
+        f"{r.name} ({r.status}: {r.reason})" for r in bad.itertuples())))
+    lines += [f"Figure: results/summary.png; table: {summary_csv}.",
+              "Report: snakemake --report results/report.html   (one file, opened in any browser)"]
+    return "\n".join(lines)
+
+
+def _times(value) -> str:
+    return "-" if pd.isna(value) else f"{value:.2f}x"

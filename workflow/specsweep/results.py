@@ -141,24 +141,22 @@ def latest_failure(failures_dir: Path, name: str) -> dict | None:
 
 
 def archive_runs(runs_dir: Path, history_dir: Path, *, only: Path | None = None) -> int:
-    """Hard-link every result into history_dir/<name>/<sha256>.json; return how many were new.
+    """Copy every result into history_dir/<name>/<sha256>.json, read-only; return how many were new.
 
     Snakemake deletes a job's old output before it reruns it (after a params change, say), so a
-    rerun that fails would otherwise lose a measurement. Links cost no space, and a content-hash
-    name makes the archive idempotent.
+    rerun that fails would otherwise lose a measurement. A real copy, never a hard link: a result
+    truncated or edited in place (by a person or a tool) must not change its history too. A
+    content-hash name makes the archive idempotent.
     """
     import hashlib
 
     added = 0
     for path in [Path(only)] if only else sorted(Path(runs_dir).glob("*.json")):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-        target = Path(history_dir) / path.stem / f"{digest}.json"
+        data = path.read_bytes()
+        target = Path(history_dir) / path.stem / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
         if target.exists():
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            target.write_bytes(path.read_bytes())  # another file system: copy
+        write_bytes_atomic(target, data)
+        os.chmod(target, 0o444)
         added += 1
     return added

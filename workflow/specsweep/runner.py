@@ -68,18 +68,10 @@ def preflight(spec: RunSpec) -> None:
 
 def check_model_path(spec: RunSpec) -> None:
     """llama-server needs a model file; the others load a folder, or a hub id they resolve themselves."""
-    backend = backends.get(spec.backend)
-    path = Path(spec.model_path).expanduser()
-    if backend.model_is_file and not path.is_file():
-        raise ConfigError(f"model file {spec.model_path} does not exist ({backend.name} serves one GGUF file)")
-    if not backend.model_is_file and looks_like_path(spec.model_path) and not path.exists():
-        raise ConfigError(f"model path {spec.model_path} does not exist; give an existing folder or file, or a "
-                          f"hub id (org/name) that {backend.name} resolves itself")
+    from .config import model_path_problem
 
-
-def looks_like_path(model: str) -> bool:
-    """'/data/qwen', './m', '~/m' are paths; 'Qwen/Qwen3-8B' is a hub id unless such a folder exists."""
-    return model.startswith(("/", ".", "~")) or Path(model).exists()
+    if problem := model_path_problem(backends.get(spec.backend), spec.model_path):
+        raise ConfigError(problem)
 
 
 HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a minute or more
@@ -147,7 +139,37 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
         Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
         write_json_atomic(out, doc)
         say(spec, f"result written to {out}")
+    say(spec, measured_line(spec, doc, out.parent), terminal=True)
     return doc
+
+
+def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
+    """One line for the terminal: per section tok/s, speedup over budget 0 (when it is measured
+    already, in this study's folder) and acceptance length."""
+    base = _baseline_rates(spec, runs_dir) if spec.budget > 0 else {}
+    parts = []
+    for section in doc["sections"]:
+        extra = []
+        if section["name"] in base:
+            extra.append(f"{section['output_tok_s'] / base[section['name']]:.2f}x budget 0")
+        if section.get("acceptance_length") is not None:
+            extra.append(f"acceptance {section['acceptance_length']:.2f}")
+        parts.append(f"{section['name']} {section['output_tok_s']:.1f} tok/s" + (f" ({', '.join(extra)})" if extra else ""))
+    return "measured: " + "; ".join(parts)
+
+
+def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[str, float]:
+    """Output tok/s per section of the same tp and context at budget 0, if its result is here."""
+    from .config import run_name
+    from .results import InvalidResult, read_result
+
+    try:
+        base = read_result(Path(runs_dir) / f"{run_name(spec.tp, 0, spec.context)}.json")
+    except (InvalidResult, FileNotFoundError):
+        return {}
+    if base.spec.get("study") != spec.study:
+        return {}
+    return {s["name"]: s["output_tok_s"] for s in base.sections}
 
 
 @contextmanager

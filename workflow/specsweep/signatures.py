@@ -10,6 +10,9 @@ from pathlib import Path
 SIGNATURES: tuple[tuple[str, str], ...] = (
     ("cuda-illegal-instruction", r"illegal instruction was encountered|illegal memory access|no kernel image is available"),
     ("gpu-oom", r"CUDA out of memory|OutOfMemoryError|Not enough memory|cudaMalloc failed: out of memory|failed to allocate buffer for kv cache|No available memory for the cache blocks"),
+    # Host memory: a context or batch that does not fit the machine's RAM (llama.cpp throws
+    # std::bad_alloc from its buffer allocation; the kernel's OOM killer is "killed" below).
+    ("host-oom", r"std::bad_alloc|Cannot allocate memory|\bMemoryError\b"),
     ("nccl", r"NCCL error|NCCL WARN|DistBackendError|watchdog caught collective operation timeout"),
     ("port-in-use", r"Address already in use|Errno 98|couldn't bind HTTP server socket"),
     ("context-exceeded", r"longer than the model's context length|maximum context length|exceed_context_size_error"),

@@ -158,11 +158,37 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
     assert (folder / "code" / "COMMIT").read_text().strip() == git("rev-parse", "HEAD")
     assert "snakemake==" in (folder / "environment" / "requirements.lock").read_text()
     assert (folder / "results" / "report.html").is_file()
+    # The block's own steps added rebuilt.csv and Snakemake's code/.snakemake/: verify still
+    # passes, and names them apart as not part of the study.
+    again = subprocess.run([sys.executable, "-m", "specsweep", "verify", "."], cwd=folder, capture_output=True,
+                           text=True)
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"not checked, added after packing .*code/\.snakemake/.*rebuilt\.csv", again.stdout), again.stdout
     victim = folder / "results" / "runs" / "tp1-b2-ctx64.json"
     victim.write_text(victim.read_text().replace('"output_tok_s"', '"output_tok_s" ', 1))
     bad = subprocess.run([sys.executable, "-m", "specsweep", "verify", "."], cwd=folder, capture_output=True,
                          text=True)
     assert bad.returncode == 25 and "results/runs/tp1-b2-ctx64.json: content differs" in bad.stderr
+
+
+def test_a_truncated_archive_is_named_by_verify_and_compare_without_a_traceback(tmp_path):
+    folder = tmp_path / "study"
+    (folder / "results").mkdir(parents=True)
+    (folder / "results" / "summary.csv").write_text("name,status\n" + "x,ok\n" * 20000)
+    (folder / archive.MANIFEST).write_text("")
+    whole = tmp_path / "study.tar.gz"
+    with tarfile.open(whole, "w:gz") as tar:
+        tar.add(folder, arcname="study")
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    for argv, code in ((["verify", str(cut)], 25), (["compare", str(cut), str(cut)], 2)):
+        proc = subprocess.run([sys.executable, "-m", "specsweep", *argv], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code, proc.stderr
+        assert f"{cut} cannot be unpacked" in proc.stderr and "damaged or truncated" in proc.stderr, proc.stderr
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    missing = subprocess.run([sys.executable, "-m", "specsweep", "compare", str(tmp_path / "old"), str(folder)],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and f"{tmp_path / 'old'} does not exist" in missing.stderr
 
 
 def test_an_inconsistent_folder_is_not_archived(tmp_path):

@@ -33,6 +33,7 @@ localrules:
     provision_model,
     provision_vllm,
     provision_tiny_model,
+    provision_prompts,
     summary_table,
     summary_plot,
     compare,

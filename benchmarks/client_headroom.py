@@ -35,6 +35,7 @@ from pathlib import Path
 from specsweep import probes, workload
 from specsweep.config import Section
 from specsweep.metrics import percentile
+from specsweep.prompts import Prompt, prompt_id
 from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
 
@@ -47,7 +48,9 @@ PROMPT = [[101 + i for i in range(16)]]
 def run(server: ServerProcess, section: Section) -> dict:
     send_times = workload.schedule(section, seed=0)
     cpu0, t0 = time.process_time(), time.monotonic()
-    records, wall = workload.run_section(server, section, PROMPT, stall_timeout_s=30, send_times=send_times)
+    tokens = [tuple(t + 16 * k for t in PROMPT[0]) for k in range(section.requests)]  # each request its own
+    prompts = [Prompt(t, prompt_id(t), ()) for t in tokens]
+    records, wall = workload.run_section(server, section, prompts, stall_timeout_s=30, send_times=send_times)
     cpu = time.process_time() - cpu0
     tokens = sum(r.output_tokens for r in records)
     return {"tok_s": tokens / wall, "cpu_s_per_mtok": cpu / tokens * 1e6,

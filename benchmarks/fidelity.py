@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from specsweep import client, metrics, probes, provision, workload
+from specsweep import client, metrics, probes, prompt_sets, provision, workload
 from specsweep.config import Section, expand_grid, load_study, validate_study
 from specsweep.launch import server_argv
 from specsweep.backends import get as get_backend
@@ -38,7 +38,8 @@ def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list
     log = Path(tempfile.gettempdir()) / f"specsweep-fidelity-b{budget}.log"
     with ServerProcess(server_argv(spec, port), port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
-        prompts = workload.make_prompts(server, seed=0, count=requests, length=context)
+        prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests, length=context,
+                                       output_tokens=tokens)
         before = client.metrics(server.base_url)
         records, _ = workload.run_section(server, Section(**section), prompts, stall_timeout_s=60)
         delta = metrics.counter_delta(before, client.metrics(server.base_url))

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specsweep import client, probes, provision, workload
+from specsweep import client, probes, prompt_sets, provision, workload
 from specsweep.config import load_study
 from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
@@ -35,12 +35,15 @@ def measure(binary: str, model: str, extra: list[str], *, context: int, tokens: 
             "-np", "1", "-t", "2", "--metrics", "--no-webui", *extra]
     with ServerProcess(argv, port=port, log_path=Path("/tmp/spec_methods.log"), startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
-        prompts = workload.make_prompts(server, seed=0, count=requests + 1, length=context)
-        client.stream_completion(server.backend, server.base_url, prompt=prompts[-1], n_predict=16, stall_timeout_s=60,
-                                 section="warmup", index=0, t0=0)
+        # Distinct ShareGPT prompts, the same for every method and budget: none re-sent on a server.
+        prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests + 1, length=context,
+                                       output_tokens=tokens)
+        client.stream_completion(server.backend, server.base_url, prompt=list(prompts[-1].tokens), n_predict=16,
+                                 stall_timeout_s=60, section="warmup", index=0, t0=0)
         before = client.metrics(server.base_url)
-        recs = [client.stream_completion(server.backend, server.base_url, prompt=p, n_predict=tokens, stall_timeout_s=60,
-                                         section="s", index=i, t0=0) for i, p in enumerate(prompts[:requests])]
+        recs = [client.stream_completion(server.backend, server.base_url, prompt=list(p.tokens), n_predict=tokens,
+                                         stall_timeout_s=60, section="s", index=i, t0=0)
+                for i, p in enumerate(prompts[:requests])]
         after = client.metrics(server.base_url)
     wall = sum(r.e2e_s for r in recs)
     drafts = after["llamacpp:spec_decode_num_drafts_total"] - before["llamacpp:spec_decode_num_drafts_total"]

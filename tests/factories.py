@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 from specsweep import config as study
 from specsweep import backends, metrics, runner
 from specsweep.client import RequestRecord
+from specsweep.prompts import prompt_id
 
 
 def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> list[RequestRecord]:
@@ -32,9 +33,12 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         for repeat in range(spec.repeats):
             records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
             runs.append((records, records[-1].t_end - records[0].t_send))
+        runs = [([replace(r, prompt_sha256=prompt_id((section.name, r.repeat, r.index))) for r in records], wall)
+                for records, wall in runs]
         stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), **stats,
                          "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
-    measured = {"warmup": {}, "prompts": {}, "sections": sections}
+    measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},
+                "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}
     return runner.build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
                                started_at="t0", startup_s=1.0, job_s=2.0).to_json()

@@ -44,6 +44,12 @@ On SIGTERM the server writes "fault-server: SIGTERM, shutting down" and exits 0 
 stops gracefully on SIGTERM): the log then shows whether a stop was graceful or a SIGKILL.
 ``--echo-args`` prints the whole argv at startup (secrets included), as vLLM logs its arguments.
 ``--fault-log FILE`` gets one line "<fault> <time.time()>" the moment a fault fires.
+``--budget N`` (N > 0) drafts as llama-server's speculation does, reporting ``timings.draft_n`` and
+``draft_n_accepted`` in the final event and the ``llamacpp:spec_decode_num_drafts_total`` /
+``..._accepted_tokens_total`` counters (tools/server/server.cpp): one draft step per four tokens,
+one token accepted a step. With ``--remember`` it is a server whose caches learn the answers, as
+ngram-mod's pool and SGLang's NGRAM cache do across requests: a prompt it has answered before gets
+every drafted token accepted (three a step), so a re-sent prompt shows as higher acceptance.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TOKEN_DELAY_S = 0.002
@@ -75,6 +82,11 @@ class State:
         self.stop_armed = False
         self.metrics_gone = False
         self.lock = threading.Lock()
+        self.budget = 0
+        self.remember = False
+        self.answered: set[str] = set()  # prompts seen (with --remember)
+        self.drafts_total = 0
+        self.accepted_total = 0
 
     def fire(self, what: str) -> None:
         if self.fault_log:
@@ -135,6 +147,9 @@ def make_handler(state: State):
                     return self._json(501, {"error": {"code": 501, "type": "not_supported_error", "message":
                                             "This server does not support metrics endpoint. Start it with `--metrics`"}})
                 text = f"llamacpp:tokens_predicted_total {state.tokens_total}\n"
+                if state.budget > 0:
+                    text += (f"llamacpp:spec_decode_num_drafts_total {state.drafts_total}\n"
+                             f"llamacpp:spec_decode_num_accepted_tokens_total {state.accepted_total}\n")
                 body = text.encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -149,7 +164,8 @@ def make_handler(state: State):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path == "/tokenize":
                 words = body.get("content", "").split()
-                return self._json(200, {"tokens": [hash(w) % 49000 + 100 for w in words]})
+                # crc32, not hash(): the same text must get the same ids in every launch (PYTHONHASHSEED).
+                return self._json(200, {"tokens": [zlib.crc32(w.encode()) % 49000 + 100 for w in words]})
             if self.path == "/completion":
                 with state.lock:
                     state.requests += 1
@@ -189,16 +205,33 @@ def make_handler(state: State):
                 state.metrics_gone = True
             if here and state.fault == "stop-after-request":
                 state.stop_armed = True  # stops on the next request, when this response is complete
+            drafts, accepted = self._speculate(body["prompt"], produced)
             counted = None if here and state.fault == "uncounted-at-request" else produced
             evaluated = n_prompt - 1 if here and state.fault == "misevaluated-at-request" else n_prompt
             self._event({"content": "", "stop": True, "tokens_predicted": counted, "tokens_evaluated": evaluated,
                          "stop_type": "limit", "truncated": False,
                          "timings": {"predicted_n": produced, "predicted_ms": ms,
-                                     "predicted_per_second": produced / (ms / 1000) if ms else 0}})
+                                     "predicted_per_second": produced / (ms / 1000) if ms else 0,
+                                     **({"draft_n": drafts * state.budget, "draft_n_accepted": accepted}
+                                        if state.budget > 0 else {})}})
             self.wfile.flush()
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
                 os.kill(os.getpid(), signal.SIGKILL)
+
+        def _speculate(self, prompt, produced: int) -> tuple[int, int]:
+            """(draft steps, accepted tokens) of one request; a remembered prompt gets all accepted."""
+            if state.budget <= 0:
+                return 0, 0
+            key = json.dumps(prompt)
+            with state.lock:
+                known = state.remember and key in state.answered
+                state.answered.add(key)
+                steps = max(1, produced // 4)
+                accepted = steps * (min(3, state.budget) if known else 1)
+                state.drafts_total += steps
+                state.accepted_total += accepted
+            return steps, accepted
 
         def _openai_complete(self, body: dict) -> None:
             n_predict = int(body.get("max_tokens") or 16)
@@ -257,6 +290,8 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fault", default="none")
+    parser.add_argument("--budget", type=int, default=0)
+    parser.add_argument("--remember", action="store_true")
     parser.add_argument("--fault-log")
     parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY_S)
     parser.add_argument("--echo-args", action="store_true", help="print the argv, as vLLM prints its args")
@@ -266,6 +301,7 @@ def main() -> None:
     if args.echo_args:
         print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
     state = State(args.fault, args.fault_log, args.token_delay, args.api_key)
+    state.budget, state.remember = args.budget, args.remember
     if state.fault == "exit-at-startup":
         print("error: the argument has been removed: --draft-max", file=sys.stderr, flush=True)
         sys.exit(1)

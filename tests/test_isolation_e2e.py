@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from conftest import finish, load, run_workflow, small_study
-from specsweep import probes, results, workload
+from specsweep import probes, prompt_sets, results, workload
 from specsweep.errors import InvalidResponse
 from specsweep.backends import get as get_backend
 from specsweep.server import ServerProcess
@@ -75,7 +75,7 @@ def test_without_the_bearer_token_the_keyed_server_refuses(embedded, tmp_path):
         server.wait_ready()
         with pytest.raises(InvalidResponse, match="HTTP 401"):
             LLAMA.tokenize(server.base_url, "hello world")  # no bearer token
-        assert workload.make_prompts(server, seed=0, count=1, length=4)[0]
+        assert len(workload.set_prompts(server, prompt_sets.default_source(), count=1, length=4)[0].tokens) == 4
         pid = server.pid
     assert "k-123" not in (tmp_path / "server.log").read_text()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

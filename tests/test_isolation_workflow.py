@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -107,28 +109,33 @@ def _corrupt(path: Path, how: str) -> None:
         path.write_text(json.dumps(doc))
 
 
-def test_a_result_aggregation_refuses_fails_the_run_and_is_measured_again(tmp_path):
+def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     doc = study(tmp_path, budgets=(0, 2, 4))
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
     runs = tmp_path / "results/runs"
     _corrupt(runs / "tp1-b2-ctx16.json", "not-json")
     _corrupt(runs / "tp1-b4-ctx16.json", "version")
-    (tmp_path / "results/summary.png").unlink()
-
-    rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
-    assert rc != 0, out
-    assert "2 result file(s) cannot be aggregated" in out
-    assert "results/runs/tp1-b2-ctx16.json: " in out and "schema version 99" in out
-    assert not (tmp_path / "results/summary.png").exists()
-    kept = sorted(p.name for p in (tmp_path / "results/invalid").iterdir())
-    assert [re.sub(r"-\d{4}-\d\d-\d\dT.*", "", k) for k in kept] == ["tp1-b2-ctx16", "tp1-b4-ctx16"]  # kept
-    partial = pd.read_csv(tmp_path / "results/partial/summary.csv").drop_duplicates("name")
-    assert dict(zip(partial["name"], partial["status"])) == {
-        "tp1-b0-ctx16": "ok", "tp1-b2-ctx16": "failed", "tp1-b4-ctx16": "failed"}
+    (tmp_path / "results/summary.png").unlink()  # even without the figure, the table must not stand
 
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
+    assert "results/runs/tp1-b2-ctx16.json: " in out and "schema version 99" in out and "moved to results/invalid" in out
     assert re.search(r"run_configuration\s+2\b", out), out  # exactly the two refused ones
+    kept = sorted(p.name for p in (tmp_path / "results/invalid").iterdir())
+    assert [re.sub(r"-\d{4}-\d\d-\d\dT.*", "", k) for k in kept] == ["tp1-b2-ctx16", "tp1-b4-ctx16"]  # kept
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert set(summary["status"]) == {"ok"} and (tmp_path / "results/summary.png").exists()
+    assert {json.loads((tmp_path / "results/failures" / n / f).read_text())["class"]
+            for n in ("tp1-b2-ctx16", "tp1-b4-ctx16") for f in os.listdir(tmp_path / "results/failures" / n)
+            } == {"invalid-result"}
+
+    # Aggregation refuses too (a file damaged after the plan): it fails naming the file, moves it
+    # aside and removes the figure made from it, so the next run measures it again.
+    _corrupt(runs / "tp1-b2-ctx16.json", "version")
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config", "results/study/config.yaml",
+                           "--runs", "results/runs", "--failures", "results/failures",
+                           "--quarantine", "results/invalid", "--stale", "results/summary.png",
+                           "--csv", str(tmp_path / "x.csv")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 19 and "1 result file(s) cannot be aggregated" in proc.stderr, proc.stderr
+    assert not (tmp_path / "results/summary.png").exists() and not (runs / "tp1-b2-ctx16.json").exists()

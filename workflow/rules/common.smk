@@ -4,7 +4,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from specsweep import aggregate, provenance, config as study
+from specsweep import aggregate, prompt_sets, provenance, config as study
 from specsweep.errors import ConfigError
 
 # The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
@@ -43,6 +43,7 @@ wildcard_constraints:
     tp=r"\d+",
     budget=r"\d+",
     context=r"\d+",
+    prompt_set="|".join(prompt_sets.SETS),
 
 
 # The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
@@ -81,6 +82,11 @@ def get_run_spec(wildcards):
 def get_provisioned(wildcards):
     """Manifests of what the study asks the pipeline to provision ("embedded"); none otherwise."""
     return PROVISIONED
+
+
+def get_prompt_set_pins(wildcards):
+    """The pinned wheel of a prompt set: its version and SHA-256 (config provision.*)."""
+    return prompt_sets.pins(config, wildcards.prompt_set)
 
 
 def get_launch_command(wildcards):

@@ -47,3 +47,15 @@ rule provision_tiny_model:
     shell:
         "{PYTHON} -m specsweep provision tiny-model --vllm-manifest {input} "
         "--out {output} 2> {log}"
+
+
+rule provision_prompts:
+    output:
+        "results/provision/prompts-{prompt_set}.json",
+    log:
+        "logs/provision/prompts-{prompt_set}.log",
+    params:
+        pins=get_prompt_set_pins,
+    shell:
+        "{PYTHON} -m specsweep provision prompts --set {wildcards.prompt_set} "
+        "--version {params.pins[version]} --sha256 {params.pins[sha256]} --out {output} 2> {log}"

@@ -222,15 +222,15 @@ def refuse_stale(config: dict, root: Path = Path(".")) -> list[str]:
         if problem is not None:
             lines.append(quarantine(spec, problem, root / paths.RUNS, root / paths.INVALID, root / paths.FAILURES))
             gone.append(spec.name)
-    figure = root / paths.SUMMARY_PNG
-    if gone and figure.exists():
-        # Both go: Snakemake does not run a job for a missing input while the file made from it
-        # is still there, so a summary table left in place would keep the refused result unmeasured.
-        for made_from in (figure, root / paths.SUMMARY_CSV):
-            made_from.unlink(missing_ok=True)
+    # Both go: Snakemake does not run a job for a missing input while the file made from it is
+    # still there, so a summary left in place would keep the missing result unmeasured.
+    stale = [p for p in (paths.SUMMARY_PNG, paths.SUMMARY_CSV) if (root / p).exists()] if gone else []
+    for path in stale:
+        (root / path).unlink()
+    if stale:
         shown = ", ".join(gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
-        lines.append(f"{paths.SUMMARY_PNG} and {paths.SUMMARY_CSV.name} were made from results that are no longer "
-                     f"there ({shown}): removed, so that this run measures them again")
+        lines.append(f"{' and '.join(map(str, stale))} were made from results that are no longer there ({shown}): "
+                     f"removed, so that this run measures them again")
     return lines
 
 

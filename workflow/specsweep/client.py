@@ -54,6 +54,7 @@ class RequestRecord:
     draft_accepted: int
     repeat: int = 0
     verify_steps: int | None = None  # verification forward passes, where the server reports them
+    prompt_sha256: str | None = None  # identity of the prompt sent (prompts.prompt_id of its token ids)
 
     @property
     def schedule_lag_s(self) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import backends, command
+from . import backends, command, prompt_sets
 from .errors import ConfigError
 from .prompts import not_utf8, read_prompts_file
 
@@ -63,6 +63,9 @@ class RunSpec:
     # ((compute capabilities), reason) of the exclusion rules that name an architecture and
     # match this configuration's axes: the job refuses to run on such GPUs.
     excluded_on: tuple = ()
+    prompt_set: str | None = None  # the provisioned prompt set (prompt_sets.SETS) when no prompts_file
+    prompt_pins: dict = field(default_factory=dict)  # its wheel: {"version", "sha256"}
+    reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
 
     @property
     def name(self) -> str:
@@ -71,6 +74,13 @@ class RunSpec:
     @property
     def max_output_tokens(self) -> int:
         return max([s.output_tokens for s in self.sections] + [self.warmup_output_tokens])
+
+    @property
+    def prompts_needed(self) -> int:
+        """Prompts one server launch sends: warmup, and every section's requests in every repeat."""
+        if self.reuse_prompts:
+            return self.warmup_requests + max(s.requests for s in self.sections)
+        return self.warmup_requests + self.repeats * sum(s.requests for s in self.sections)
 
     @property
     def slots(self) -> int:
@@ -99,6 +109,7 @@ class RunSpec:
         doc["sections"] = [vars(s).copy() for s in self.sections]
         doc["excluded_on"] = [[list(caps), reason] for caps, reason in self.excluded_on]
         doc["env"] = dict(self.env)
+        doc["prompt_pins"] = dict(self.prompt_pins)
         # Fields added after the first release are left out at their defaults, so that
         # upgrading specsweep never changes a finished configuration's params (and reruns it).
         for name, default in _LATER_FIELDS.items():
@@ -127,7 +138,8 @@ class RunSpec:
         )
 
 
-_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": []}
+_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
+                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False}
 
 
 def run_name(tp: int, budget: int, context: int) -> str:
@@ -279,7 +291,13 @@ def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
     """
     texts = read_prompts_file(path)
     for spec in specs:
-        used = min(len(texts), max(s.requests for s in spec.sections) + spec.warmup_requests)
+        if len(texts) < spec.prompts_needed:
+            raise ConfigError(
+                f"workload.prompts_file {path} holds {len(texts)} prompts, and each configuration sends "
+                f"{spec.prompts_needed} that its server has not seen (warmup {spec.warmup_requests}, then "
+                f"{sum(s.requests for s in spec.sections)} requests a repeat x {spec.repeats} repeats); add prompts, "
+                f"send fewer, or set workload.reuse_prompts: true to measure caching on purpose")
+        used = spec.prompts_needed
         for number, text in enumerate(texts[:used], 1):
             if len(text.encode()) + 1 < spec.context:
                 raise ConfigError(
@@ -322,6 +340,9 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         warmup_output_tokens=workload["warmup_output_tokens"],
         max_schedule_lag_s=float(workload["max_schedule_lag_s"]),
         prompts_file=workload["prompts_file"],
+        prompt_set=None if workload["prompts_file"] else workload["prompt_set"],
+        prompt_pins={} if workload["prompts_file"] else prompt_sets.pins(config, workload["prompt_set"]),
+        reuse_prompts=workload["reuse_prompts"],
         repeats=workload["repeats"],
         sections=tuple(Section(**s) for s in workload["sections"]),
         api_key_env=server["api_key_env"],
@@ -367,10 +388,13 @@ def _schema_message(exc: Exception) -> str:
 
 
 def provisioned(config: dict) -> dict[str, str]:
-    """{"binary"|"model": manifest path} of what the study leaves to the pipeline ("embedded")."""
+    """{"binary"|"model"|"prompts": manifest path} of what the study leaves to the pipeline: the
+    embedded server and model, and the prompt set unless the study brings its own prompts file."""
     backend = backends.get(config["backend"])
     wanted = {"binary": config["server"]["binary"], "model": config["model"]["path"]}
     out = {}
+    if not config["workload"]["prompts_file"]:
+        out["prompts"] = f"results/provision/prompts-{config['workload']['prompt_set']}.json"
     for what, value in wanted.items():
         if value == EMBEDDED:
             if what not in backend.embedded:

@@ -9,6 +9,11 @@ Schema history (``schema_version``):
   2 - adds ``provenance`` (code, invocation, study config, environment, packages) and
       ``hardware``. A version-1 file is migrated on read: both are empty and
       ``provenance.migrated_from`` says so; it is comparable only with others like it.
+  3 - every request record carries ``prompt_sha256`` (the warmup's in ``warmup.prompt_sha256``),
+      ``prompts`` says where they came from (``set``, ``kind``, ``source``) and whether they were
+      ``reused`` on purpose; a result that re-sent a prompt without saying so is refused. Older
+      files are read with ``prompts.reused`` unknown (None): measured on prompts sent again and
+      again, they are comparable only with others like them.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 SCHEMA = "specsweep.result"
-VERSION = 2
-READS = (1, 2)
+VERSION = 3
+READS = (1, 2, 3)
 
 
 class InvalidResult(ValueError):
@@ -62,6 +67,8 @@ class Result:
         body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
         if version == 1:
             body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
+        if version in (1, 2) and isinstance(body.get("prompts"), dict):
+            body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
         names = {f.name for f in fields(cls)}
         missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance"))
         if missing:
@@ -78,6 +85,19 @@ class Result:
             raise InvalidResult(f"sections {got} do not match the spec's {expected}")
         for spec_section, section in zip(self.spec["sections"], self.sections):
             _validate_section(spec_section, section, self.spec.get("repeats", 1))
+        if self.prompts.get("reused") is False:
+            self._validate_distinct_prompts()
+
+    def _validate_distinct_prompts(self) -> None:
+        """Every request of the launch (warmup included) sent a prompt no other request sent."""
+        sent = list(self.warmup.get("prompt_sha256") or [])
+        sent += [r.get("prompt_sha256") for s in self.sections for r in s["records"]]
+        if None in sent:
+            raise InvalidResult("a request record carries no prompt_sha256")
+        if len(set(sent)) != len(sent):
+            twice = next(h for h in sent if sent.count(h) > 1)
+            raise InvalidResult(f"prompt {twice[:12]} was sent {sent.count(twice)} times on one server without "
+                                f"workload.reuse_prompts: its later answers may come from the server's caches")
 
     # --- what aggregation reads ----------------------------------------------------------------
     def summary_rows(self) -> list[dict]:
@@ -90,6 +110,8 @@ class Result:
         gpus = ",".join(sorted({g.get("name", "?") for g in hw.get("gpus", [])}))
         return {
             "study": self.spec.get("study", "?"),
+            "prompts": f"{self.prompts.get('source')}" + {None: " (re-sent, unknown)", True: " (re-sent on purpose)",
+                                                          False: ""}.get(self.prompts.get("reused"), ""),
             "model": self.model.get("sha256") or self.model.get("hub_id") or self.model.get("path", "?"),
             "server version": str(self.server.get("version")),
             "host class": f"{self.host.get('machine')} / {hw.get('cpu_model', '?')} x{hw.get('logical_cores', '?')}"

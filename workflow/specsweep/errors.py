@@ -110,6 +110,18 @@ class InvalidResponse(SpecsweepError):
     )
 
 
+class PromptReused(SpecsweepError):
+    """A request re-sent a prompt its server had already seen: the server may have answered it
+    from memory (n-gram pools, prefix caches), so the section is not a measurement."""
+
+    failure_class = "prompt-reused"
+    exit_code = 26
+    advice = (
+        "a bug in how prompts were handed out (or a hand-edited spec): report it; set workload.reuse_prompts: "
+        "true only to measure caching on purpose"
+    )
+
+
 class ClientOverload(SpecsweepError):
     """The client could not keep its request schedule: it, not the server, was measured."""
 

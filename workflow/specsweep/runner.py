@@ -16,7 +16,7 @@ from . import (__version__, backends, client, command, devices, hardware, hostlo
                workload)
 from .config import RunSpec, Section
 from .document import Result
-from .errors import ClientOverload, ConfigError, InvalidResponse, SpecsweepError
+from .errors import ClientOverload, ConfigError, InvalidResponse, PromptReused, SpecsweepError
 from .hostload import Guard
 from .prompts import read_prompts_file
 from .results import utc_now, write_json_atomic
@@ -53,7 +53,7 @@ def secrets(spec: RunSpec) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
-def preflight(spec: RunSpec) -> None:
+def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
     """Everything that can be refused before a server starts."""
     spec.check_fits()  # again here: a spec can also come by hand, as JSON
     spec.check_command()
@@ -64,6 +64,9 @@ def preflight(spec: RunSpec) -> None:
     check_model_path(spec)
     if spec.prompts_file:
         read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
+    if spec.prompt_set and prompt_source is None:
+        raise ConfigError(f"the spec uses prompt set {spec.prompt_set}; pass its manifest "
+                          f"(results/provision/prompts-{spec.prompt_set}.json)")
 
 
 def check_model_path(spec: RunSpec) -> None:
@@ -100,9 +103,13 @@ def model_facts(path: str) -> dict:
     return facts
 
 
-def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guard, port: int | None = None) -> dict:
-    """Measure one configuration and write its result; raise a typed error on any failure."""
-    preflight(spec)
+def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guard, port: int | None = None,
+                      prompt_source: dict | None = None) -> dict:
+    """Measure one configuration and write its result; raise a typed error on any failure.
+
+    ``prompt_source``: the manifest of the provisioned prompt set (spec.prompt_set), if it uses one.
+    """
+    preflight(spec, prompt_source)
     backend = backends.get(spec.backend)
     key = api_key(spec)
     t_job = time.monotonic()
@@ -128,7 +135,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             say(spec, f"ready after {startup_s:.1f} s")
             facts = backend.facts(server.base_url, spec, headers=server.headers)
             backend.check_context(spec, facts)
-            measured = _measure(spec, server, guard, lease.gpus)
+            measured = _measure(spec, server, guard, lease.gpus, prompt_source)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                      "lock_dir": str(devices.lock_dir()), "guard": asdict(guard)}
         result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
@@ -182,42 +189,69 @@ def _phase(name: str):
         raise
 
 
-def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...]) -> dict:
-    most = max(s.requests for s in spec.sections)
+def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...],
+             prompt_source: dict | None) -> dict:
     with _phase("prompts"):
-        prompts = workload.make_prompts(server, seed=spec.seed, count=most + spec.warmup_requests,
-                                        length=spec.context, prompts_file=spec.prompts_file)
+        prompts = workload.make_prompts(server, spec, prompt_source)
+    plan, seen = workload.PromptPlan(spec, prompts), {}
     say(spec, f"warmup: {spec.warmup_requests} request(s)")
     t = time.monotonic()
     with _phase("warmup"):
-        warm = workload.warmup(server, prompts[most:], output_tokens=spec.warmup_output_tokens,
+        warm = workload.warmup(server, plan.warmup(), output_tokens=spec.warmup_output_tokens,
                                stall_timeout_s=spec.stall_timeout_s)
         server.check_alive("after warmup")
+        check_distinct(seen, warm, "the warmup", reuse=spec.reuse_prompts)
     warm_doc = {"requests": len(warm), "output_tokens": sum(r.output_tokens for r in warm),
-                "wall_s": time.monotonic() - t}
-    prompts_doc = {"source": spec.prompts_file or "bundled corpus", "seed": spec.seed, "count": len(prompts),
-                   "tokens_each": spec.context, "sha256": workload.prompt_set_hash(prompts)}
+                "wall_s": time.monotonic() - t, "prompt_sha256": [r.prompt_sha256 for r in warm]}
     sections = []
     for section in spec.sections:
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
             watch = hostload.SectionWatch(guard, lambda: server.tree_pids() | devices.other_measurements(), gpus)
-            sections.append(_run_one_section(spec, server, section, prompts, watch))
-    return {"warmup": warm_doc, "prompts": prompts_doc, "sections": sections}
+            sections.append(_run_one_section(spec, server, section, plan, seen, watch))
+    return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections}
 
 
-def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, prompts,
-                     watch: hostload.SectionWatch) -> dict:
+def prompts_facts(spec: RunSpec, prompt_source: dict | None, prompts: list) -> dict:
+    """What the result says of its prompts: where they came from, and whether any was re-sent."""
+    return {"source": spec.prompts_file or prompt_source["source"], "set": spec.prompt_set,
+            "kind": (prompt_source or {}).get("kind", "own"),
+            "documents_sha256": (prompt_source or {}).get("prompts_sha256"), "seed": spec.seed,
+            "count": len(prompts), "tokens_each": spec.context, "sha256": workload.prompt_set_hash(prompts),
+            "reused": spec.reuse_prompts}
+
+
+def check_distinct(seen: dict[str, str], records, where: str, *, reuse: bool) -> None:
+    """No prompt twice on one server, unless the study measures caching on purpose.
+
+    A server that saw a text before may answer it from memory (llama-server's ngram-mod pool,
+    SGLang's radix cache and NGRAM drafts, vLLM's prefix cache): the numbers would then show the
+    cache, not the configuration. ``seen`` maps each prompt sent so far to where it was sent.
+    """
+    for record in records:
+        first = seen.get(record.prompt_sha256)
+        if record.prompt_sha256 is None or (first is not None and not reuse):
+            raise PromptReused(
+                f"{where}: request {record.index} sent prompt {str(record.prompt_sha256)[:12]} that this server "
+                f"already got in {first}; a re-sent prompt may be answered from the server's caches, so this is "
+                f"not a measurement" if first else f"{where}: request {record.index} carries no prompt identity",
+                section=record.section)
+        seen.setdefault(record.prompt_sha256, where)
+
+
+def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, plan: workload.PromptPlan,
+                     seen: dict[str, str], watch: hostload.SectionWatch) -> dict:
     started_at, t0 = utc_now(), time.monotonic()
     watch.start()
     runs, delta = [], {}
     for repeat in range(spec.repeats):
         # Counters are read around the requests alone: a health probe may generate (SGLang's does).
         before = client.metrics(server.base_url, headers=server.headers)
-        records, wall = workload.run_section(server, section, prompts, stall_timeout_s=spec.stall_timeout_s,
+        records, wall = workload.run_section(server, section, plan.take(section), stall_timeout_s=spec.stall_timeout_s,
                                              send_times=workload.schedule(section, spec.seed))
         where = f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else "")
+        check_distinct(seen, records, f"section {section.name} repeat {repeat}", reuse=spec.reuse_prompts)
         after = _counters_after(server, before, where)
         delta = metrics.add_deltas(delta, metrics.counter_delta(before, after))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))

@@ -1,4 +1,4 @@
-"""Workload: reproducible prompts of exact token length, and sections run against a live server.
+"""Workload: the prompts one launch sends, and sections run against a live server.
 
 A section never turns a failure into a number: any request that fails aborts the section with a
 typed error, and the server's death is noticed while requests are in flight (the watcher's
@@ -13,74 +13,78 @@ import queue
 import random
 import threading
 import time
-from importlib import resources
+from dataclasses import replace
 
 from . import client
-from .config import Section
-from .errors import ConfigError, InvalidResponse, ServerDied, SpecsweepError
-from .prompts import read_prompts_file
+from .config import RunSpec, Section
+from .errors import InvalidResponse, ServerDied, SpecsweepError
+from .prompts import Prompt, build_prompts, read_documents, read_prompts_file, seeded_order
 from .server import ServerProcess
 
 POLL_S = 0.02
 
 
-def corpus_paragraphs() -> list[str]:
-    text = resources.files("specsweep.data").joinpath("corpus.txt").read_text()
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
+def make_prompts(server: ServerProcess, spec: RunSpec, prompt_source: dict | None) -> list[Prompt]:
+    """Every prompt one launch of this configuration sends, exactly ``spec.context`` tokens each as
+    the server tokenizes them, none from text another of them used.
 
-
-def prompt_text(seed: int, index: int, min_words: int) -> str:
-    """Real text: corpus paragraphs in a seeded order, repeated until long enough."""
-    paragraphs = corpus_paragraphs()
-    rng = random.Random(f"{seed}:{index}")
-    out: list[str] = []
-    words = 0
-    while words < min_words:
-        order = paragraphs[:]
-        rng.shuffle(order)
-        for para in order:
-            out.append(para)
-            words += len(para.split())
-            if words >= min_words:
-                break
-    return "\n\n".join(out)
-
-
-def make_prompts(server: ServerProcess, *, seed: int, count: int, length: int,
-                 prompts_file: str | None = None) -> list[list[int]]:
-    """``count`` prompts of exactly ``length`` tokens as the server tokenizes them.
-
-    From the bundled corpus in a seeded order, or from the user's JSONL file (one
-    {"prompt": text} per line, used in order, each cut to ``length`` tokens).
+    From the user's JSONL file (each line one prompt, in order) or the provisioned prompt set
+    (its documents in the study seed's order, so every configuration gets the same prompts).
     """
-    def tokenize(text: str) -> list[int]:
-        return server.backend.tokenize(server.base_url, text, headers=server.headers)
-
-    if prompts_file:
-        texts = read_prompts_file(prompts_file)
-        return [_cut(tokenize(texts[i % len(texts)]), length, f"{prompts_file} line {i % len(texts) + 1}")
-                for i in range(count)]
-    prompts = []
-    for index in range(count):
-        words = max(16, length)  # English runs above one token per word: enough text, then cut
-        tokens = tokenize(prompt_text(seed, index, words))
-        while len(tokens) < length:
-            words *= 2
-            tokens = tokenize(prompt_text(seed, index, words))
-        prompts.append(tokens[:length])
-    return prompts
+    if spec.prompts_file:
+        return build_prompts(_tokenizer(server), read_prompts_file(spec.prompts_file), count=spec.prompts_needed,
+                             length=spec.context, chunk_chars=_chunk_chars(spec.context, spec.max_output_tokens),
+                             source=spec.prompts_file, join=False)
+    return set_prompts(server, prompt_source, count=spec.prompts_needed, length=spec.context, seed=spec.seed,
+                       output_tokens=spec.max_output_tokens)
 
 
-def _cut(tokens: list[int], length: int, where: str) -> list[int]:
-    if len(tokens) < length:
-        raise ConfigError(f"{where}: the prompt has {len(tokens)} tokens, the grid asks for {length}; "
-                          f"use longer prompts or a smaller grid.context")
-    return tokens[:length]
+def set_prompts(server: ServerProcess, source: dict, *, count: int, length: int, seed: int = 0,
+                output_tokens: int = 0) -> list[Prompt]:
+    """``count`` prompts of ``length`` tokens from a provisioned prompt set (its manifest ``source``)."""
+    documents = read_documents(source["prompts"])
+    order = seeded_order(len(documents), seed)
+    built = build_prompts(_tokenizer(server), [documents[i] for i in order], count=count, length=length,
+                          chunk_chars=_chunk_chars(length, output_tokens),
+                          source=f"prompt set {source.get('set')} ({source.get('source')})")
+    return [replace(p, documents=tuple(order[i] for i in p.documents)) for p in built]
 
 
-def prompt_set_hash(prompts: list[list[int]]) -> str:
+def _tokenizer(server: ServerProcess):
+    return lambda text: server.backend.tokenize(server.base_url, text, headers=server.headers)
+
+
+def _chunk_chars(length: int, output_tokens: int) -> int:
+    # A piece of n characters is at most 4n bytes, so at most 4n tokens: never more than one
+    # request's context, which the server's tokenizer may enforce (vLLM's /tokenize does).
+    return max(32, (length + output_tokens) // 4)
+
+
+class PromptPlan:
+    """Hands out the built prompts: the warmup's first, then each section's in each repeat.
+
+    Each request gets the next unused prompt, unless the study reuses prompts on purpose
+    (workload.reuse_prompts): then every repeat of a section sends the same ones again.
+    """
+
+    def __init__(self, spec: RunSpec, prompts: list[Prompt]):
+        self.spec, self.prompts, self.next = spec, prompts, spec.warmup_requests
+
+    def warmup(self) -> list[Prompt]:
+        return self.prompts[:self.spec.warmup_requests]
+
+    def take(self, section: Section) -> list[Prompt]:
+        if self.spec.reuse_prompts:
+            start = self.spec.warmup_requests
+            return self.prompts[start:start + section.requests]
+        taken = self.prompts[self.next:self.next + section.requests]
+        self.next += section.requests
+        return taken
+
+
+def prompt_set_hash(prompts: list[Prompt]) -> str:
     """SHA-256 of the exact token ids sent, so two results can be checked for the same input."""
-    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([list(p.tokens) for p in prompts], separators=(",", ":")).encode()).hexdigest()
 
 
 def schedule(section: Section, seed: int) -> list[float] | None:
@@ -98,7 +102,7 @@ def schedule(section: Section, seed: int) -> list[float] | None:
 def run_section(
     server: ServerProcess,
     section: Section,
-    prompts: list[list[int]],
+    prompts: list[Prompt],
     *,
     stall_timeout_s: float,
     send_times: list[float] | None = None,
@@ -115,12 +119,14 @@ def run_section(
     def worker() -> None:
         while (item := due.get()) is not None:
             index, t_scheduled = item
+            prompt = prompts[index]
             try:
-                done.put(client.stream_completion(
-                    server.backend, server.base_url, prompt=prompts[index % len(prompts)], n_predict=section.output_tokens,
+                record = client.stream_completion(
+                    server.backend, server.base_url, prompt=list(prompt.tokens), n_predict=section.output_tokens,
                     stall_timeout_s=stall_timeout_s, section=section.name, index=index, t0=t0,
                     t_scheduled=t_scheduled, headers=server.headers,
-                ))
+                )
+                done.put(replace(record, prompt_sha256=prompt.sha256))
             except BaseException as exc:  # handed to the main thread, which decides
                 done.put(exc)
                 return
@@ -169,7 +175,7 @@ def _collect(server: ServerProcess, section: Section, done: queue.Queue, *, expe
     return records
 
 
-def warmup(server: ServerProcess, prompts: list[list[int]], *, output_tokens: int, stall_timeout_s: float) -> list:
+def warmup(server: ServerProcess, prompts: list[Prompt], *, output_tokens: int, stall_timeout_s: float) -> list:
     """Warmup requests: validated like any other, kept out of every statistic."""
     if not prompts:
         return []

@@ -41,11 +41,11 @@ REPO = HERE.parents[1]
 WORK = REPO / "build" / "mutation"
 MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "client.py", "server.py", "probes.py", "workload.py", "runner.py", "cli.py", "document.py", "aggregate.py",
-    "plot.py", "backends/base.py", "backends/llama_server.py",
+    "plot.py", "prompts.py", "backends/base.py", "backends/llama_server.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
     "tests/test_client.py", "tests/test_faults.py", "tests/test_workload.py", "tests/test_aggregate.py",
-    "tests/test_results.py", "tests/test_metrics_signatures.py",
+    "tests/test_results.py", "tests/test_metrics_signatures.py", "tests/test_prompts.py", "tests/test_rerun.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -59,14 +59,14 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
             assert section["output_tokens"] == counters["vllm:generation_tokens_total"]
             assert section["prompt_tokens"] == counters["vllm:prompt_tokens_total"]
             assert all(r["prompt_tokens"] == 128 for r in section["records"])
-            # No repeat ran on a warm prefix cache: vLLM's own count of prompt tokens it found
-            # cached stays near 0 (a re-sent prompt would find all of its full blocks, about half
-            # of the section's prompt tokens over two repeats), and repeat 1's first tokens come
-            # no sooner than repeat 0's.
+            # No repeat ran on a warm prefix cache, by vLLM's own count of the prompt tokens it found
+            # cached (v1/metrics/loggers.py: prefix_cache_queries, prefix_cache_hits; prefix caching
+            # is on by default, config/cache.py): a re-sent prompt would find all its full blocks,
+            # about half of a section's prompt tokens over two repeats. (First-token times are no
+            # measure here: on this tiny model one request's TTFT varies sixfold between repeats
+            # with no cache hit at all, 0.080 s against 0.013 s in one run.)
             hits, queried = counters["vllm:prefix_cache_hits_total"], counters["vllm:prefix_cache_queries_total"]
-            assert queried > 0 and hits <= 0.1 * section["prompt_tokens"], (hits, queried, section["prompt_tokens"])
-            ttft = {k: sorted(r["ttft_s"] for r in section["records"] if r["repeat"] == k) for k in (0, 1)}
-            assert ttft[1][-1] > 0.5 * ttft[0][0], ttft
+            assert queried >= section["prompt_tokens"] and hits <= 0.1 * queried, (hits, queried)
             drafts = counters.get("vllm:spec_decode_num_drafts_total", 0)
             if name == "tp1-b0-ctx128":
                 assert drafts == 0 and section["acceptance_length"] is None

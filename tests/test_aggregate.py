@@ -183,3 +183,20 @@ def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers
     assert "Next, for result-write (tp1-b2-ctx128): free disk space" in report
     assert "Next, for interrupted (tp1-b4-ctx128): run the same command again to finish the study" in report
     assert "Next, for server-start (tp1-b16-ctx128): read the cause in the server log" in report
+
+
+def test_a_result_of_another_study_or_configuration_is_named_as_such():
+    """Real results store the provisioned paths where the study says 'embedded': those match."""
+    cfg = study.validate_study({"grid": {"budget": [0], "tp": [1], "context": [128]}})
+    spec = study.expand_grid(cfg)[0]
+    measured = spec.resolved(binary="/cache/llama-server", model_path="/cache/m.gguf")
+    doc = result_doc(measured)
+    result = results.Result.from_json(doc)
+    assert aggregate.measured_otherwise(result, spec) is None
+    reseeded = study.expand_grid(study.validate_study({**cfg, "workload": {"seed": 7, "repeats": 3}}))[0]
+    assert aggregate.measured_otherwise(result, reseeded) == \
+        "measured with another configuration than the study's (repeats, seed differ)"
+    other = study.expand_grid(study.validate_study({**cfg, "study": "other"}))[0]
+    assert aggregate.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
+    broken = results.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
+    assert aggregate.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"

@@ -33,6 +33,15 @@ def test_prompts_have_the_exact_length_and_never_share_a_document():
         build_prompts(words, docs, count=4, length=40, chunk_chars=64, source="test")
 
 
+def test_a_document_of_exactly_the_length_is_one_prompt_and_documents_are_joined_by_a_blank_line():
+    chars = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
+    built = build_prompts(chars, ["abcd", "efgh", "ij", "klmn"], count=3, length=4, chunk_chars=64, source="t")
+    assert [p.documents for p in built] == [(0,), (1,), (2, 3)]
+    assert built[2].tokens == tuple(chars("ij\n\n"))  # the second document starts after a blank line
+    with pytest.raises(ConfigError, match=r"^own.jsonl has 2 distinct prompts, all used by the first 2 of the 3"):
+        build_prompts(chars, ["abcd", "efgh"], count=3, length=4, chunk_chars=64, source="own.jsonl", join=False)
+
+
 def test_the_users_own_prompts_are_never_joined():
     with pytest.raises(ConfigError, match=r"p.jsonl line 1: the prompt has 5 tokens, the grid asks for 20"):
         build_prompts(words, ["a b c d e", "f " * 40], count=2, length=20, chunk_chars=64, source="p.jsonl", join=False)
@@ -107,8 +116,9 @@ def test_the_gate_refuses_a_prompt_sent_twice_on_one_server():
     runner.check_distinct(seen, [_record(0, "a" * 64)], "the warmup", reuse=False)
     runner.check_distinct(seen, [_record(0, "b" * 64), _record(1, "c" * 64)], "section short repeat 0", reuse=False)
     with pytest.raises(PromptReused, match=r"section short repeat 1: request 1 sent prompt bbbbbbbbbbbb that this "
-                                           r"server already got in section short repeat 0"):
+                                           r"server already got in section short repeat 0") as caught:
         runner.check_distinct(seen, [_record(0, "d" * 64), _record(1, "b" * 64)], "section short repeat 1", reuse=False)
+    assert caught.value.section == "short"  # the record names the section it happened in
     with pytest.raises(PromptReused, match="request 1 sent prompt eeee"):  # twice within one repeat, too
         runner.check_distinct({}, [_record(0, "e" * 64), _record(1, "e" * 64)], "section short repeat 0", reuse=False)
     with pytest.raises(PromptReused, match="carries no prompt identity"):
@@ -122,8 +132,18 @@ def test_a_result_that_re_sent_a_prompt_is_refused_by_aggregation():
     Result.from_json(doc)
     twice = json.loads(json.dumps(doc))
     twice["sections"][1]["records"][0]["prompt_sha256"] = twice["sections"][0]["records"][0]["prompt_sha256"]
-    with pytest.raises(InvalidResult, match=r"was sent 2 times on one server without workload.reuse_prompts"):
+    sha = twice["sections"][0]["records"][0]["prompt_sha256"]
+    with pytest.raises(InvalidResult, match=rf"prompt {sha[:12]} was sent 2 times on one server without "
+                                            r"workload.reuse_prompts"):
         Result.from_json(twice)
+    after_warmup = json.loads(json.dumps(doc))  # the warmup's prompt sent again in a section
+    after_warmup["sections"][0]["records"][1]["prompt_sha256"] = after_warmup["warmup"]["prompt_sha256"][0]
+    with pytest.raises(InvalidResult, match="was sent 2 times on one server"):
+        Result.from_json(after_warmup)
+    unnamed = json.loads(json.dumps(doc))
+    del unnamed["sections"][2]["records"][0]["prompt_sha256"]
+    with pytest.raises(InvalidResult, match="^a request record carries no prompt_sha256$"):
+        Result.from_json(unnamed)
     twice["prompts"]["reused"] = True  # a study that measures caching says so, and is read
     Result.from_json(twice)
     older = {**json.loads(json.dumps(doc)), "schema_version": 2}  # made before prompts were distinct

@@ -100,3 +100,41 @@ def test_damage_in_place_cannot_reach_the_history_copy(tmp_path):
     assert hashlib.sha256(kept[0].read_bytes()).hexdigest()[:16] == kept[0].stem  # still what its name says
     assert second[B0] == first[B0] and json.loads(second[B2][0])["name"] == B2
     assert len(list((tmp_path / "results/history" / B2).glob("*.json"))) == 2  # the new measurement is kept too
+
+
+def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusions_alone(tmp_path, monkeypatch):
+    """A finished study plans without reading its results (fast at 10,000 configurations); an
+    excluded configuration without a result does not make the summary stale; a missing and a
+    damaged result both do, and both are named."""
+    from factories import result_doc
+
+    from specsweep import aggregate, results
+    from specsweep import config as study
+
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
+                                "exclude": [{"budget": 0, "reason": "left out"}]})
+    _, b2, b4 = study.expand_grid(cfg)  # the excluded one first, without a result
+    runs = tmp_path / "results/runs"
+    for spec in (b2, b4):
+        results.write_json_atomic(runs / f"{spec.name}.json", result_doc(spec))
+    for name in ("summary.csv", "summary.png"):
+        (tmp_path / "results" / name).write_text("made after the results")
+    future = os.stat(runs / f"{b4.name}.json").st_mtime + 10
+    os.utime(tmp_path / "results/summary.csv", (future, future))
+
+    def unread(path):
+        raise AssertionError(f"{path} was read although the summary is newer")
+
+    monkeypatch.setattr(aggregate, "read_result", unread)
+    assert aggregate.refuse_stale(cfg, tmp_path) == []
+    assert (tmp_path / "results/summary.png").exists() and (tmp_path / "results/summary.csv").exists()
+
+    monkeypatch.undo()
+    (runs / f"{b2.name}.json").unlink()  # removed by hand
+    (runs / f"{b4.name}.json").write_text("{")  # damaged after the summary
+    os.utime(runs / f"{b4.name}.json", (future + 5, future + 5))
+    lines = aggregate.refuse_stale(cfg, tmp_path)
+    assert len(lines) == 2 and f"{b4.name}.json: " in lines[0] and "unreadable" in lines[0], lines
+    assert f"({b2.name}, {b4.name}): removed, so that this run measures them again" in lines[1], lines
+    assert not (tmp_path / "results/summary.png").exists() and not (tmp_path / "results/summary.csv").exists()
+    assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [b4.name]

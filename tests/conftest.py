@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,6 +133,17 @@ def embedded() -> dict:
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
     binary, model = provision.provision_embedded(pins, log_path=log)
     return {"binary": binary, "model": model}
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The checkout's own files (tracked and untracked, not ignored: no results, logs or venv) in dest."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    return dest
 
 
 def run_workflow(workdir: Path, config: dict, *targets: str, extra: tuple[str, ...] = (), **popen) -> subprocess.Popen:

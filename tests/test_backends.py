@@ -383,14 +383,9 @@ def test_a_server_context_smaller_than_the_grid_is_refused_before_measuring(tmp_
 # --- the plan --------------------------------------------------------------------------------------
 
 def _dry_run(tmp_path: Path, *extra: str) -> str:
-    """The seed's study planned here, its server Python and model folder standing in for the GPU box's
-    (a plan refuses paths that do not exist, tests/test_readme.py)."""
-    (tmp_path / "Qwen3.6-27B").mkdir(exist_ok=True)
-    here = tmp_path / "here.yaml"
-    here.write_text(yaml.safe_dump({"server": {"binary": sys.executable}, "model": {"path": str(tmp_path / "Qwen3.6-27B")}}))
     out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
                           str(tmp_path), "-n", "-p", "--cores", "8", "results/summary.png", "--resources", "gpu=8",
-                          "--configfile", str(REPO / "config" / "sglang-ddtree.yaml"), str(here), *extra],
+                          "--configfile", str(REPO / "config" / "sglang-ddtree.yaml"), *extra],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout + out.stderr
@@ -400,8 +395,8 @@ def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provision
     plain = _dry_run(tmp_path)
     assert re.search(r"run_configuration\s+14\b", plain) and "--manifests results/provision/prompts-sharegpt.json --out" in plain
     assert re.findall(r"rule (provision\w+)", plain) == ["provision_prompts"]  # no server or model to provision
-    assert (f"# server: SGLANG_DDTREE_MAX_TOPK=8 {sys.executable} -m sglang.launch_server "
-            f"--model-path {tmp_path}/Qwen3.6-27B --tp 2") in plain
+    assert ("# server: SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server "
+            "--model-path /models/Qwen3.6-27B --tp 2") in plain
     assert re.search(r"resources: .*gpu=2", plain)
     on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
     assert re.search(r"run_configuration\s+10\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2 left out

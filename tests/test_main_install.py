@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, small_study
+from conftest import REPO, copy_checkout, small_study
 
 pytestmark = pytest.mark.e2e
 README = (REPO / "README.md").read_text()
@@ -38,13 +38,7 @@ def lines(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory, embedded) -> Path:
     """A copy of the checkout whose default study is small (same keys, same configuration names)."""
-    dest = tmp_path_factory.mktemp("main-install") / "specsweep"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (REPO / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
+    dest = copy_checkout(tmp_path_factory.mktemp("main-install") / "specsweep")
     doc = small_study()
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}  # tp1-b4-ctx128: the hand-run line's name
     (dest / "config" / "config.yaml").write_text(yaml.safe_dump(doc))

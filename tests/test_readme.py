@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_checkout
 
 README = (REPO / "README.md").read_text()
 
@@ -44,13 +43,7 @@ def test_the_readme_shows_the_main_command_and_an_example_study():
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A copy of the checkout's files (no results, no logs), plus the README's example study."""
-    dest = tmp_path_factory.mktemp("readme") / "specsweep"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (REPO / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
+    dest = copy_checkout(tmp_path_factory.mktemp("readme") / "specsweep")
     for block in code_blocks("yaml"):
         name = block.splitlines()[0].split()[1].rstrip(":")  # "# my-study.yaml: what it is"
         if name.endswith(".yaml"):
@@ -59,8 +52,8 @@ def checkout(tmp_path_factory) -> Path:
     return dest
 
 
-# Studies for a GPU box: their model folders and server Pythons are not on this machine, and the
-# plan must say so in one line instead of planning a sweep that cannot start.
+# Studies for a GPU box: their model folders and server Pythons are not on this machine; they plan
+# here (a sweep is planned before it is run) and the plan names what is missing.
 GPU_STUDIES = ("config/sglang-ddtree.yaml", "config/vllm-gpu.yaml")
 
 
@@ -73,8 +66,6 @@ def test_readme_command_works_as_written(checkout, line):
         argv = [sys.executable, *argv[1:]]
     proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr
-    if any(gpu in line for gpu in GPU_STUDIES):
-        assert proc.returncode != 0 and "config error: " in proc.stderr, proc.stdout + proc.stderr
-        assert re.search(r"(model\.path|server\.binary)\b.* (does not exist|is not on PATH)", proc.stderr), proc.stderr
-        return
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    if any(gpu in line for gpu in GPU_STUDIES):  # planned, saying what a real run here would refuse
+        assert re.search(r"warning: (model\.path|server\.binary)\b.* does not exist", proc.stderr), proc.stderr

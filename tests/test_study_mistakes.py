@@ -34,7 +34,12 @@ CASES = {
                     ["--host 0.0.0.0 exposes the server", "allow_remote_bind"]),
     "api key without variable": ({"server": {"command": ["{binary}", "--port", "{port}", "--api-key", "{api_key}"]}},
                                  {}, ["server.api_key_env is not set"]),
-    # Paths on this machine: a typo fails the plan, not the first configuration minutes later.
+}
+
+
+# Paths on this machine: a real run refuses a typo before any job, not minutes into the sweep; a
+# dry run and the grid listing plan anyway (a GPU study is planned elsewhere) and warn.
+PATH_CASES = {
     "model file missing": ({"model": {"path": "models/smollm.gguf"}}, {},
                            ["model.path: model file models/smollm.gguf does not exist"]),
     "binary missing": ({"server": {"binary": "/opt/llama/bin/llama-servr"}}, {},
@@ -107,3 +112,19 @@ def test_a_file_that_is_not_utf8_is_named_without_a_traceback(tmp_path, which):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "save it as UTF-8" in proc.stderr, proc.stderr
     assert all(w in proc.stderr for w in words) and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("case", PATH_CASES)
+def test_a_path_missing_here_is_refused_by_a_real_run_and_named_by_a_dry_run(tmp_path, case):
+    study, files, words = PATH_CASES[case]
+    path = write(tmp_path, study, files)
+    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+            "--cores", "1", "results/summary.png", "--configfile", path]
+    real = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert real.returncode != 0 and "config error: " in real.stderr and "Traceback" not in real.stderr
+    assert all(w in real.stderr for w in words), real.stderr
+    assert not (tmp_path / "results" / "provision").exists()  # refused before any job
+    for argv in (base + ["-n"], [sys.executable, "-m", "specsweep", "grid", "--config", path]):
+        planned = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert planned.returncode == 0, planned.stderr
+        assert "specsweep: warning: " in planned.stderr and all(w in planned.stderr for w in words), planned.stderr

@@ -4,16 +4,23 @@ import shlex
 import sys
 from pathlib import Path
 
-from specsweep import aggregate, prompt_sets, provenance, config as study
+from specsweep import aggregate, paths, prompt_sets, provenance, config as study
 from specsweep.errors import ConfigError
 
 # The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
 # express, before any job is planned: a study mistake stops `snakemake -n` with one line.
 try:
     study.validate_study(config)
-    study.check_local_paths(config)
 except ConfigError as exc:
     sys.exit(f"config error: {exc.reason}")
+# Paths on this machine: a real run refuses a missing one before any job; a dry run plans anyway
+# (a GPU study is planned on a laptop or a login node) and says what the run would refuse.
+try:
+    study.check_local_paths(config)
+except ConfigError as exc:
+    if not workflow.output_settings.dryrun:
+        sys.exit(f"config error: {exc.reason}")
+    print(f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr)
 
 
 # Jobs run the package with the interpreter that runs Snakemake, so an unactivated
@@ -157,9 +164,9 @@ def archive_results():
     archive_runs("results/runs", "results/history")
 
 
-PARTIAL_CSV = "results/partial/summary.csv"
-PARTIAL_PNG = "results/partial/summary.png"
-FAILED_CSV = "results/failed.csv"
+PARTIAL_CSV = str(paths.PARTIAL_CSV)
+PARTIAL_PNG = str(paths.PARTIAL_PNG)
+FAILED_CSV = str(paths.FAILED_CSV)
 
 
 def report_failed_run():

@@ -20,7 +20,9 @@ try:
 except ConfigError as exc:
     if not workflow.output_settings.dryrun:
         sys.exit(f"config error: {exc.reason}")
-    print(f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr)
+    print(
+        f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr
+    )
 
 
 # Jobs run the package with the interpreter that runs Snakemake, so an unactivated

@@ -144,7 +144,11 @@ def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():
             for tp in (1, 2) for b in (0, 2, 4)]
     frame = pd.DataFrame(rows)
     fig, ax = plt.subplots()
-    plot._panel(ax, frame, "output_tok_s", {64: "blue"}, plot.tp_style([1, 2]), [0, 2, 4], "short")
+    facets = plot.Facets.of(frame.assign(name="x")[["name", "tp", "budget", "context", "section", "status",
+                                                      "output_tok_s", "output_tok_s_min", "output_tok_s_max"]])
+    assert facets == plot.Facets(x="budget", line="context", column=None, styled=("tp",))
+    plot._panel(ax, frame, "output_tok_s", "short", plot.Drawing(facets, {64: "blue"}, plot.tp_style([(1,), (2,)]),
+                                                                 [0, 2, 4]))
     lines = {c.get_label(): c for c in ax.containers}
     assert set(lines) == {"tp 1, ctx 64", "tp 2, ctx 64"}
     for tp in (1, 2):

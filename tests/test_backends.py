@@ -56,17 +56,21 @@ def test_golden_argv_of_every_backend_default():
 
 def test_golden_argv_and_env_of_the_example_studies():
     ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    spec = config.find_spec(ddtree, "tp2-b15-ctx25000")
+    spec = config.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
     assert launch.server_argv(spec, 8000, scratch="/s") == [
         "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
         "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000",
         "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
     assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+    narrow = config.find_spec(ddtree, "tp2-b15-ctx25000-topk4")  # the fourth axis, through server.env
+    assert launch.server_env(narrow, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "4"}
+    assert launch.server_argv(narrow, 8000, scratch="/s") == launch.server_argv(spec, 8000, scratch="/s")
+    assert len(config.expand_grid(ddtree)) == 7 * 2 * 2
     assert spec.gpu and spec.backend == "sglang" and spec.context + 2048 <= spec.context_limit
     assert [s.output_tokens for s in spec.sections] == [256, 1024, 2048]
     assert sorted(ddtree["grid"]["budget"]) == [0, 8, 12, 15, 16, 32, 64] and ddtree["grid"]["tp"] == [1, 2]
-    baseline = config.find_spec(ddtree, "tp1-b0-ctx25000")
+    baseline = config.find_spec(ddtree, "tp1-b0-ctx25000-topk4")
     assert "--speculative-algorithm" not in launch.server_argv(baseline, 8000)
 
     eagle = config.find_spec(config.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
@@ -86,7 +90,7 @@ def test_golden_argv_and_env_of_the_example_studies():
 
 def test_the_plan_shows_the_command_each_job_launches():
     ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    shown = config.shown_command(config.find_spec(ddtree, "tp1-b32-ctx25000"))
+    shown = config.shown_command(config.find_spec(ddtree, "tp1-b32-ctx25000-topk8"))
     assert shown.startswith("SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server")
     assert "--port '<port>'" in shown and "--speculative-ddtree-budget 32" in shown
 
@@ -129,7 +133,7 @@ def test_model_paths_each_backend_accepts(tmp_path):
 
 def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
     ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    b8, b15 = config.find_spec(ddtree, "tp1-b8-ctx25000"), config.find_spec(ddtree, "tp1-b15-ctx25000")
+    b8, b15 = config.find_spec(ddtree, "tp1-b8-ctx25000-topk4"), config.find_spec(ddtree, "tp1-b15-ctx25000-topk4")
     on = lambda cc: {**ddtree, "hardware": {"compute_capability": cc}}  # noqa: E731
     assert "illegal instruction" in aggregate.exclusion_reason(on("12.0"), b8)
     assert aggregate.exclusion_reason(on("12.0"), b15) is None
@@ -393,11 +397,11 @@ def _dry_run(tmp_path: Path, *extra: str) -> str:
 
 def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provisioning(tmp_path):
     plain = _dry_run(tmp_path)
-    assert re.search(r"run_configuration\s+14\b", plain) and "--manifests results/provision/prompts-sharegpt.json --out" in plain
+    assert re.search(r"run_configuration\s+28\b", plain) and "--manifests results/provision/prompts-sharegpt.json --out" in plain
     assert re.findall(r"rule (provision\w+)", plain) == ["provision_prompts"]  # no server or model to provision
     assert ("# server: SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server "
             "--model-path /models/Qwen3.6-27B --tp 2") in plain
     assert re.search(r"resources: .*gpu=2", plain)
     on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
-    assert re.search(r"run_configuration\s+10\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2 left out
-    assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000" in on_sm120
+    assert re.search(r"run_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
+    assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000-topk4" in on_sm120

@@ -95,3 +95,12 @@ def test_every_readme_command_works_after_the_main_install_alone(checkout, tmp_p
     done = sh(elsewhere, block("tar xzf"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "files match the manifest" in done.stdout
+
+    # The study-axis example, as written (on the checkout's small workload): last, since it writes its
+    # own summary over the default study's.
+    kv_line, = lines(block("snakemake --cores 1 results/summary.png --configfile config/kv-cache.yaml"))
+    done = sh(checkout, kv_line)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Best draft budget per tp, context, kv, section" in done.stderr
+    kv = (checkout / "results/summary.csv").read_text().splitlines()[0].split(",")
+    assert kv[:6] == ["name", "tp", "budget", "context", "kv", "section"]

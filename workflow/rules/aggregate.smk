@@ -70,9 +70,10 @@ rule summary_plot:
         "logs/aggregate/plot.log",
     params:
         title=get_plot_title,
+        facets=get_plot_facets,
     shell:
         "{PYTHON} -m specsweep plot --csv {input} --out {output} "
-        "--title {params.title:q} 2> {log}"
+        "--title {params.title:q} {params.facets} 2> {log}"
 
 
 rule archive:

@@ -2,9 +2,9 @@ rule run_configuration:
     input:
         unpack(get_provisioned),
     output:
-        "results/runs/tp{tp}-b{budget}-ctx{context}.json",
+        "results/runs/{name}.json",
     log:
-        "logs/runs/tp{tp}-b{budget}-ctx{context}.log",
+        "logs/runs/{name}.log",
     retries: config["retries"]
     threads: config["server"]["threads"]
     resources:
@@ -14,7 +14,7 @@ rule run_configuration:
     params:
         spec=get_run_spec,
         launch=get_launch_command,
-        server_log="logs/server/tp{tp}-b{budget}-ctx{context}.log",
+        server_log="logs/server/{name}.log",
         failures="results/failures",
     # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:

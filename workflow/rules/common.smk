@@ -48,10 +48,9 @@ os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
 GUARD = json.dumps(config["guard"], sort_keys=True)
 
 
+# A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
 wildcard_constraints:
-    tp=r"\d+",
-    budget=r"\d+",
-    context=r"\d+",
+    name=r"tp\d+-b\d+-ctx\d+(-[a-z][A-Za-z0-9_.+]*)*",
     prompt_set="|".join(prompt_sets.SETS),
 
 
@@ -70,12 +69,7 @@ LAUNCH = {name: study.shown_command(spec) for name, spec in SPECS.items()}
 
 def get_spec(wildcards):
     """The grid point behind a result path; a path outside the grid is an error."""
-    tp, budget, context = (
-        int(wildcards.tp),
-        int(wildcards.budget),
-        int(wildcards.context),
-    )
-    name = study.run_name(tp, budget, context)
+    name = wildcards.name
     if name not in SPECS:
         raise ValueError(
             f"{name} is not in the study's grid; list it with: specsweep grid"
@@ -100,14 +94,12 @@ def get_prompt_set_pins(wildcards):
 
 def get_launch_command(wildcards):
     """The server's argv as it will run (port picked at run time), for snakemake -n -p."""
-    return LAUNCH[
-        study.run_name(int(wildcards.tp), int(wildcards.budget), int(wildcards.context))
-    ]
+    return LAUNCH[get_spec(wildcards).name]
 
 
 def get_gpus(wildcards):
     """GPUs a configuration asks the scheduler for: its tp on a GPU study, none on a CPU one."""
-    return int(wildcards.tp) if config["server"]["gpu"] else 0
+    return get_spec(wildcards).tp if config["server"]["gpu"] else 0
 
 
 def get_attempt(wildcards, attempt):
@@ -159,6 +151,13 @@ def get_plot_title(wildcards):
     return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
 
 
+def get_plot_facets(wildcards):
+    """The study's choice of where each axis goes in the summary figure (config plot:)."""
+    return shlex.join(
+        f"--{role}={axis}" for role, axis in config["plot"].items() if axis is not None
+    )
+
+
 def archive_results():
     """Keep every measured result before any job may delete it for a rerun (onstart)."""
     from specsweep.results import archive_runs
@@ -178,13 +177,16 @@ def report_failed_run():
     fails. It writes beside, never over, the rules' outputs: a results/summary.png made here
     would look up to date and stop the next run from retrying the failed configurations.
     """
-    from specsweep.plot import plot_summary
+    from specsweep.plot import Facets, plot_summary
 
     try:
         frame = aggregate.summarize(config, "results/runs", "results/failures")
         aggregate.write_summary(frame, PARTIAL_CSV, FAILED_CSV)
         plot_summary(
-            frame, Path(PARTIAL_PNG), title=get_plot_title(None) + " (partial)"
+            frame,
+            Path(PARTIAL_PNG),
+            title=get_plot_title(None) + " (partial)",
+            facets=Facets.of(frame, **config["plot"]),
         )
     except Exception as exc:  # never hide the original failure behind a reporting error
         print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)

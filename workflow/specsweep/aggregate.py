@@ -7,22 +7,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import paths
-from .config import RunSpec, axis_matches, expand_grid
+from . import axes, paths
+from .config import RunSpec, expand_grid
+from .document import METRICS
 from .errors import ConfigError, IncomparableResults, ResultRefused, advice_for
 from .results import (InvalidResult, failure_record, latest_failure, next_attempt, read_result, utc_now,
                       write_failure, write_text_atomic)
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
-METRIC_COLUMNS = [
-    "requests", "repeats", "output_tokens", "wall_s", "output_tok_s", "output_tok_s_min", "output_tok_s_max",
-    "request_s",
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s",
-    "e2e_p50_s", "e2e_p99_s", "schedule_lag_p99_s",
-    "decode_tok_s_mean", "decode_tok_s_p50", "decode_tok_s_min", "decode_tok_s_max",
-    "draft_acceptance_rate", "acceptance_length",
-]
-KEY_COLUMNS = ["name", "tp", "budget", "context", "section", "status", "reason"]
+METRIC_COLUMNS = list(METRICS)  # declared with the result document that fills them
+
+
+def key_columns(axis_names: list[str]) -> list[str]:
+    """The summary's first columns: the name, every axis (axes.columns finds them again), the section."""
+    return ["name", *axis_names, axes.SECTION, "status", "reason"]
 
 
 def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
@@ -33,7 +31,7 @@ def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
     """
     here = planning_capability(config)
     for rule in config.get("exclude", []):
-        if not all(axis_matches(rule.get(axis), getattr(spec, axis)) for axis in ("budget", "tp", "context")):
+        if not axes.rule_matches(rule, spec.values):
             continue
         caps = rule.get("compute_capability")
         if caps is None:
@@ -54,12 +52,12 @@ def summarize(config: dict, runs_dir: Path, failures_dir: Path) -> pd.DataFrame:
     rows = []
     for spec in expand_grid(config):
         rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir)))
-    frame = pd.DataFrame(rows, columns=KEY_COLUMNS + METRIC_COLUMNS)
+    frame = pd.DataFrame(rows, columns=key_columns(axes.names(config["grid"])) + METRIC_COLUMNS)
     return add_speedup(frame)
 
 
 def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -> list[dict]:
-    base = {"name": spec.name, "tp": spec.tp, "budget": spec.budget, "context": spec.context}
+    base = {"name": spec.name, **spec.values}
     reason = exclusion_reason(config, spec)
     if reason is not None:
         return _status_rows(base, spec, EXCLUDED, reason)
@@ -102,13 +100,14 @@ def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[di
 
 
 def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
-    """speedup = output tok/s over that of budget 0 at the same (tp, context, section).
+    """speedup = output tok/s over that of budget 0 at the same values of every other axis and section.
 
     Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
     """
     ok = frame[frame["status"] == OK]
-    base = ok[ok["budget"] == 0].set_index(["tp", "context", "section"])["output_tok_s"]
-    keys = list(zip(frame["tp"], frame["context"], frame["section"]))
+    same = [a for a in axes.columns(frame.columns) if a != "budget"] + [axes.SECTION]
+    base = ok[ok["budget"] == 0].set_index(same)["output_tok_s"]
+    keys = list(zip(*(frame[c] for c in same)))
     baseline = pd.Series([base.get(k) for k in keys], index=frame.index, dtype="float64")
     frame = frame.copy()
     frame["baseline_tok_s"] = baseline
@@ -148,7 +147,7 @@ def check_comparable(config: dict, runs_dir: Path) -> None:
 def not_ok(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration that has no valid result: name, status, reason."""
     bad = frame[frame["status"] != OK]
-    return bad.drop_duplicates("name")[["name", "tp", "budget", "context", "status", "reason"]].reset_index(drop=True)
+    return bad.drop_duplicates("name")[["name", *axes.columns(frame.columns), "status", "reason"]].reset_index(drop=True)
 
 
 def write_summary(frame: pd.DataFrame, csv_path: Path, failed_path: Path | None = None) -> None:
@@ -252,7 +251,8 @@ def failure_report(frame: pd.DataFrame, failures_dir: Path | str | None = None) 
     records = {row.name: latest_failure(Path(failures_dir), row.name) if failures_dir is not None else None
                for row in bad.itertuples() if row.status in (FAILED, INVALID)}
     lines += next_steps(bad, records)
-    entries = [e for row in bad.itertuples() if row.status == FAILED and (e := exclude_entry(row, records[row.name]))]
+    entries = [e for row in bad.to_dict("records")
+               if row["status"] == FAILED and (e := exclude_entry(row, axes.columns(bad.columns), records[row["name"]]))]
     if entries:
         lines.append("These fail with a signature that reproduces on the server's side; to leave them out where "
                      "they fail, paste into the study's exclude: list:")
@@ -278,13 +278,13 @@ def next_steps(bad: pd.DataFrame, records: dict[str, dict | None]) -> list[str]:
     return lines
 
 
-def exclude_entry(row, record: dict | None) -> str | None:
+def exclude_entry(row: dict, axis_names: list[str], record: dict | None) -> str | None:
     """A ready-to-paste exclude rule (one YAML line) for a deterministic failure with a known signature."""
     if not record or record.get("signature") not in REPRODUCING_SIGNATURES:
         return None  # a missing file, a full disk, an interrupt: excluding would hide the mistake
     cause = (record.get("evidence") or [record.get("reason", "")])[0]
     reason = f"{record.get('signature') or record.get('class')}: {cause}"[:200]
-    rule = {"tp": int(row.tp), "budget": int(row.budget), "context": int(row.context)}
+    rule = {axis: axes.plain(row[axis]) for axis in axis_names}
     if record.get("compute_capability"):
         rule["compute_capability"] = record["compute_capability"]
     rule["reason"] = reason

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
     plot.add_argument("--out", type=Path, default=Path("results/summary.png"))
     plot.add_argument("--title", default="specsweep")
+    plot.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
+    plot.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
+    plot.add_argument("--column", default=None, help="axis with panels of its own (plot.column)")
     plot.set_defaults(func=cmd_plot)
 
     comp = sub.add_parser("compare", help="compare study B with study A, configuration by configuration")
@@ -370,9 +373,10 @@ def cmd_aggregate(args) -> int:
 def cmd_plot(args) -> int:
     import pandas as pd
 
-    from .plot import plot_summary
+    from .plot import Facets, plot_summary
 
-    plot_summary(pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""}), args.out, title=args.title)
+    frame = pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""})
+    plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, args.x, args.line, args.column))
     return 0
 
 

@@ -30,14 +30,16 @@ def placeholders(arg: str) -> list[str]:
         raise ConfigError(f"template argument {arg!r}: {exc}; write a literal brace as {{{{ or }}}}") from exc
 
 
-def check_template(key: str, template: list[str]) -> None:
-    """Every placeholder must be one specsweep fills in; the message lists those it knows."""
+def check_template(key: str, template: list[str], axes: tuple[str, ...] = ()) -> None:
+    """Every placeholder must be one specsweep fills in, or an axis of the study's grid; the
+    message lists those it knows."""
     for arg in template:
         for name in placeholders(arg):
-            if name not in PLACEHOLDERS:
+            if name not in PLACEHOLDERS and name not in axes:
                 raise ConfigError(
                     f"{key}: unknown placeholder {{{name}}} in {arg!r}; known: "
-                    + " ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+                    + " ".join(f"{{{p}}}" for p in (*PLACEHOLDERS, *axes))
+                    + f"; to sweep it, add it to the grid (grid: {{{name}: [...]}})"
                 )
 
 

@@ -23,11 +23,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from . import axes
 from .aggregate import EXCLUDED, OK
 from .errors import ConfigError
 from .results import InvalidResult, load_result
 
-KEYS = ["name", "tp", "budget", "context", "section"]
+KEYS = ["name", "section"]  # a configuration's name says every axis value (axes.run_name): pairs match on all
 FASTER, SLOWER, SAME = "faster", "slower", "~"
 NEWLY_FAILING, FIXED = "newly failing", "fixed"
 SEED = 0  # the bootstrap is seeded: the same two studies always give the same table
@@ -124,7 +125,7 @@ def compare(a: Study, b: Study, *, alpha: float = 0.05) -> pd.DataFrame:
     cols = KEYS + ["status", "reason"]
     rows = a.summary[cols].merge(b.summary[cols], on=KEYS, how="outer", suffixes=("_a", "_b"), sort=False)
     out = [_row(a, b, row, alpha) for row in rows.to_dict("records")]
-    frame = pd.DataFrame(out)
+    frame = _with_axes(pd.DataFrame(out), a, b)
     tested = frame["p"].notna()
     frame["q"] = np.nan
     if tested.any():
@@ -132,6 +133,15 @@ def compare(a: Study, b: Study, *, alpha: float = 0.05) -> pd.DataFrame:
     for i in frame.index[tested]:
         frame.loc[i, ["verdict", "why"]] = _verdict(frame.loc[i], alpha)
     return frame
+
+
+def _with_axes(frame: pd.DataFrame, a: Study, b: Study) -> pd.DataFrame:
+    """The axis columns of either side's configurations after the name (a side lacking an axis: empty)."""
+    names = list(dict.fromkeys(axes.columns(a.summary.columns) + axes.columns(b.summary.columns)))
+    values = pd.concat([s.summary[["name", *axes.columns(s.summary.columns)]] for s in (a, b)])
+    values = values.drop_duplicates("name").set_index("name").reindex(columns=names)
+    joined = frame.join(values, on="name")
+    return joined[["name", *names, *[c for c in frame.columns if c != "name"]]]
 
 
 def _row(a: Study, b: Study, row: dict, alpha: float) -> dict:

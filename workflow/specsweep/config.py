@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from . import axes as grid_axes
 from . import backends, command, prompt_sets
 from .errors import ConfigError
 from .prompts import not_utf8, read_prompts_file
@@ -66,10 +67,16 @@ class RunSpec:
     prompt_set: str | None = None  # the provisioned prompt set (prompt_sets.SETS) when no prompts_file
     prompt_pins: dict = field(default_factory=dict)  # its wheel: {"version", "sha256"}
     reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
+    axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
+
+    @property
+    def values(self) -> dict:
+        """{axis: value} of this configuration: tp, budget, context, then the study's own axes."""
+        return {"tp": self.tp, "budget": self.budget, "context": self.context, **self.axes}
 
     @property
     def name(self) -> str:
-        return run_name(self.tp, self.budget, self.context)
+        return grid_axes.run_name(self.values)
 
     @property
     def max_output_tokens(self) -> int:
@@ -99,7 +106,7 @@ class RunSpec:
     def check_command(self) -> None:
         """Template mistakes that would otherwise surface only after a launch."""
         check_command(list(self.command), list(self.speculative_args), api_key_env=self.api_key_env,
-                      allow_remote_bind=self.allow_remote_bind)
+                      allow_remote_bind=self.allow_remote_bind, axes=tuple(self.axes))
 
     def to_json(self) -> str:
         # Shallow by hand: dataclasses.asdict deep-copies every value and costs a large grid's
@@ -110,6 +117,7 @@ class RunSpec:
         doc["excluded_on"] = [[list(caps), reason] for caps, reason in self.excluded_on]
         doc["env"] = dict(self.env)
         doc["prompt_pins"] = dict(self.prompt_pins)
+        doc["axes"] = dict(self.axes)
         # Fields added after the first release are left out at their defaults, so that
         # upgrading specsweep never changes a finished configuration's params (and reruns it).
         for name, default in _LATER_FIELDS.items():
@@ -139,12 +147,12 @@ class RunSpec:
 
 
 _LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
-                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False}
+                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {}}
 
 
-def run_name(tp: int, budget: int, context: int) -> str:
+def run_name(tp: int, budget: int, context: int, **own) -> str:
     """The file stem of one configuration, readable by a person: tp1-b4-ctx1024."""
-    return f"tp{tp}-b{budget}-ctx{context}"
+    return grid_axes.run_name({"tp": tp, "budget": budget, "context": context, **own})
 
 
 def validate_study(config: dict) -> dict:
@@ -195,12 +203,15 @@ def check_study(config: dict) -> None:
     names = [s["name"] for s in config["workload"]["sections"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
+    server, own = config["server"], tuple(grid_axes.own(config["grid"]))
+    check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
+                  allow_remote_bind=server["allow_remote_bind"], axes=own)
+    check_env(server["env"], own)
+    check_axes(config)
     specs = expand_grid(config)
+    check_unique_names(specs)
     for spec in specs:
         spec.check_fits()
-    server = config["server"]
-    check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
-                  allow_remote_bind=server["allow_remote_bind"])
     if not command.uses(server["speculative_args"], "budget") and any(b > 0 for b in config["grid"]["budget"]):
         raise ConfigError(
             "server.speculative_args has no {budget} placeholder, so every budget above 0 "
@@ -212,9 +223,45 @@ def check_study(config: dict) -> None:
             "so every tp would launch the same server; pass it to the server's tensor-parallel flag, "
             "e.g. --tp {tp}"
         )
-    check_env(server["env"])
     if config["workload"]["prompts_file"]:
         check_prompts_file(config["workload"]["prompts_file"], specs)
+
+
+def check_axes(config: dict) -> None:
+    """The study's own axes: names free to use, each reaching the server, exclusions and facets naming axes."""
+    grid, server = config["grid"], config["server"]
+    templates = server["command"] + server["speculative_args"] + list(server["env"].values())
+    for axis in grid_axes.own(grid):
+        if axis in command.PLACEHOLDERS:
+            raise ConfigError(f"grid.{axis}: {axis} is a placeholder specsweep fills itself; name the axis otherwise "
+                              f"(reserved: {', '.join(command.PLACEHOLDERS)})")
+        if not command.uses(templates, axis):
+            raise ConfigError(f"grid.{axis} reaches no server: no {{{axis}}} in server.command, "
+                              f"server.speculative_args or server.env, so every value would launch the same "
+                              f"server; pass it with {{{axis}}} (a flag's value, or an environment variable)")
+    known = grid_axes.names(grid)
+    for number, rule in enumerate(config["exclude"]):
+        for key in rule:
+            if key not in known and key not in ("compute_capability", "reason"):
+                raise ConfigError(f"exclude[{number}]: {key} is not an axis of the grid (axes: {', '.join(known)}); "
+                                  f"name an axis, or add grid.{key}")
+    facets = config["plot"]
+    for role in ("x", "line", "column"):
+        if facets.get(role) is not None and facets[role] not in known:
+            raise ConfigError(f"plot.{role}: {facets[role]} is not an axis of the grid (axes: {', '.join(known)})")
+    chosen = [v for v in facets.values() if v is not None]
+    if len(set(chosen)) != len(chosen):
+        raise ConfigError(f"plot: x, line and column must be different axes, got {facets}")
+
+
+def check_unique_names(specs: list[RunSpec]) -> None:
+    """Two grid points must not share a result file (axis values like 1 and "1" would)."""
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigError(f"grid points {seen[spec.name].values} and {spec.values} share the name {spec.name}; "
+                              f"give the axes values that read differently")
+        seen[spec.name] = spec
 
 
 def check_local_paths(config: dict) -> None:
@@ -255,10 +302,10 @@ def model_path_problem(backend, model: str) -> str | None:
 
 
 def check_command(template: list[str], speculative_args: list[str], *, api_key_env: str | None,
-                  allow_remote_bind: bool) -> None:
+                  allow_remote_bind: bool, axes: tuple[str, ...] = ()) -> None:
     """Placeholders, {port}, secrets and the bind address of a launch template."""
     for key, args in (("server.command", template), ("server.speculative_args", speculative_args)):
-        command.check_template(key, args)
+        command.check_template(key, args, axes)
         command.check_no_literal_secret(key, args)
         command.check_bind(key, args, allowed=allow_remote_bind)
     if not command.uses(template, "port"):
@@ -273,9 +320,9 @@ def check_command(template: list[str], speculative_args: list[str], *, api_key_e
         )
 
 
-def check_env(env: dict[str, str]) -> None:
+def check_env(env: dict[str, str], axes: tuple[str, ...] = ()) -> None:
     """server.env: known placeholders only, and no secret written into the study."""
-    command.check_template("server.env", list(env.values()))
+    command.check_template("server.env", list(env.values()), axes)
     for name, value in env.items():
         if command.is_secret_name(name) and value and not command.placeholders(value):
             raise ConfigError(f"server.env: {name} is given a literal value; keep secrets out of the study: export "
@@ -308,15 +355,15 @@ def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
 
 
 def expand_grid(config: dict) -> list[RunSpec]:
-    """One RunSpec per (tp, budget, context), in a stable order."""
-    grid = config["grid"]
-    return [
-        make_spec(config, tp=tp, budget=budget, context=context)
-        for tp, budget, context in itertools.product(grid["tp"], grid["budget"], grid["context"])
-    ]
+    """One RunSpec per grid point (every combination of every axis), in a stable order."""
+    out = []
+    for point in grid_axes.points(config["grid"]):
+        tp, budget, context = (point.pop(a) for a in grid_axes.BUILTIN)
+        out.append(make_spec(config, tp=tp, budget=budget, context=context, own=point))
+    return out
 
 
-def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
+def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | None = None) -> RunSpec:
     server, model, workload = config["server"], config["model"], config["workload"]
     return RunSpec(
         study=config["study"],
@@ -349,25 +396,19 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int) -> RunSpec:
         allow_remote_bind=server["allow_remote_bind"],
         gpu=server["gpu"],
         env=dict(server["env"]),
-        excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context),
+        axes=dict(own or {}),
+        excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context, **(own or {})),
     )
 
 
-def architecture_exclusions(config: dict, **axes: int) -> tuple:
+def architecture_exclusions(config: dict, **values) -> tuple:
     """((capabilities), reason) of the exclude rules that name an architecture and match these axes."""
     out = []
     for rule in config["exclude"]:
         caps = rule.get("compute_capability")
-        if caps is not None and all(axis_matches(rule.get(a), v) for a, v in axes.items()):
+        if caps is not None and grid_axes.rule_matches(rule, values):
             out.append((tuple(caps) if isinstance(caps, list) else (caps,), rule["reason"]))
     return tuple(out)
-
-
-def axis_matches(wanted, value) -> bool:
-    """An exclude rule's axis: absent matches all, a number one value, a list any of its values."""
-    if wanted is None:
-        return True
-    return value in wanted if isinstance(wanted, list) else value == wanted
 
 
 def find_spec(config: dict, name: str) -> RunSpec:

@@ -136,19 +136,27 @@ def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:
         raise InvalidResult(f"section {name}: throughput {rate!r} is not a positive number")
 
 
+# The summary's metric columns, declared once: column -> where in a result's section it is read.
+# aggregate.summarize lays the table out in this order, after the key columns.
+METRICS: dict[str, tuple[str, ...]] = {
+    "requests": ("requests",), "repeats": ("repeats",), "output_tokens": ("output_tokens",), "wall_s": ("wall_s",),
+    "output_tok_s": ("output_tok_s",), "output_tok_s_min": ("output_tok_s_min",),
+    "output_tok_s_max": ("output_tok_s_max",), "request_s": ("request_s",),
+    "ttft_p50_s": ("ttft_s", "p50"), "ttft_p90_s": ("ttft_s", "p90"), "ttft_p99_s": ("ttft_s", "p99"),
+    "tpot_p50_s": ("tpot_s", "p50"), "tpot_p99_s": ("tpot_s", "p99"),
+    "itl_p50_s": ("itl_s", "p50"), "itl_p99_s": ("itl_s", "p99"),
+    "e2e_p50_s": ("e2e_s", "p50"), "e2e_p99_s": ("e2e_s", "p99"), "schedule_lag_p99_s": ("schedule_lag_s", "p99"),
+    "decode_tok_s_mean": ("decode_tok_s", "mean"), "decode_tok_s_p50": ("decode_tok_s", "p50"),
+    "decode_tok_s_min": ("decode_tok_s", "min"), "decode_tok_s_max": ("decode_tok_s", "max"),
+    "draft_acceptance_rate": ("draft_acceptance_rate",), "acceptance_length": ("acceptance_length",),
+}
+
+
 def _metrics(section: dict) -> dict:
-    ttft, e2e, dec = section["ttft_s"], section["e2e_s"], section["decode_tok_s"]
-    tpot, itl = section["tpot_s"], section["itl_s"]
-    return {
-        "requests": section["requests"], "repeats": section["repeats"], "output_tokens": section["output_tokens"],
-        "wall_s": section["wall_s"], "output_tok_s": section["output_tok_s"],
-        "output_tok_s_min": section["output_tok_s_min"], "output_tok_s_max": section["output_tok_s_max"],
-        "request_s": section["request_s"],
-        "ttft_p50_s": ttft["p50"], "ttft_p90_s": ttft["p90"], "ttft_p99_s": ttft["p99"],
-        "tpot_p50_s": tpot["p50"], "tpot_p99_s": tpot["p99"], "itl_p50_s": itl["p50"], "itl_p99_s": itl["p99"],
-        "e2e_p50_s": e2e["p50"], "e2e_p99_s": e2e["p99"], "schedule_lag_p99_s": section["schedule_lag_s"]["p99"],
-        "decode_tok_s_mean": dec["mean"], "decode_tok_s_p50": dec["p50"],
-        "decode_tok_s_min": dec["min"], "decode_tok_s_max": dec["max"],
-        "draft_acceptance_rate": section["draft_acceptance_rate"],
-        "acceptance_length": section["acceptance_length"],
-    }
+    out = {}
+    for column, path in METRICS.items():
+        value = section
+        for key in path:
+            value = value[key]
+        out[column] = value
+    return out

@@ -20,6 +20,7 @@ def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratc
     ``scratch``: a folder of this job's own, removed after teardown (TMPDIR, caches).
     """
     return {
+        **spec.axes,  # the study's own axes (their names never clash with the built-in ones: config.check_axes)
         "api_key": key or "", "scratch": scratch,
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
         "ctx_size": backends.get(spec.backend).ctx_size(spec),

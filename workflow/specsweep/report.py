@@ -11,42 +11,54 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import results
+from . import axes, results
 from .aggregate import OK, not_ok
 from .config import expand_grid
 
-BEST_COLUMNS = ["tp", "context", "section", "best_budget", "output_tok_s", "output_tok_s_min", "output_tok_s_max",
-                "speedup", "speedup_min", "speedup_max", "within_noise", "budgets_measured", "budgets_missing"]
+RESULT_COLUMNS = ["best_budget", "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_min",
+                  "speedup_max", "within_noise", "budgets_measured", "budgets_missing"]
+
+
+def groups_of(frame: pd.DataFrame) -> list[str]:
+    """What the best budget is chosen per: every axis but the budget, then the section."""
+    return [a for a in axes.columns(frame.columns) if a != "budget"] + [axes.SECTION]
+
+
+def keys_of_best(best: pd.DataFrame) -> list[str]:
+    """The columns a best table is grouped by: those before best_budget."""
+    cols = list(best.columns)
+    return cols[:cols.index("best_budget")]
 
 
 def best_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (tp, context, section): the budget with the highest output tok/s, its spread, and the
-    budgets whose repeats reach the best one's slowest repeat (within noise of it).
+    """Per value of every other axis and section: the budget with the highest output tok/s, its
+    spread, and the budgets whose repeats reach the best one's slowest repeat (within noise of it).
 
     Budget 0 competes too: when speculation is slower, the answer is 0.
     """
     rows = []
-    ok = frame[frame["status"] == OK]
+    keys = groups_of(frame)
     order = {name: i for i, name in enumerate(dict.fromkeys(frame["section"]))}  # the workload's order
-    groups = sorted(frame.groupby(["tp", "context", "section"]), key=lambda g: (g[0][0], g[0][1], order[g[0][2]]))
-    for (tp, context, section), group in groups:
-        measured = ok[(ok["tp"] == tp) & (ok["context"] == context) & (ok["section"] == section)]
+    groups = sorted(frame.groupby(keys, sort=False),
+                    key=lambda g: (*(axes.sort_key(v) for v in g[0][:-1]), order[g[0][-1]]))
+    for key, group in groups:
+        where = dict(zip(keys, key))
+        measured = group[group["status"] == OK]
         missing = sorted(set(group["budget"]) - set(measured["budget"]))
         if measured.empty:
-            rows.append({"tp": tp, "context": context, "section": section, "best_budget": None,
-                         "budgets_measured": "", "budgets_missing": _budgets(missing)})
+            rows.append({**where, "best_budget": None, "budgets_measured": "", "budgets_missing": _budgets(missing)})
             continue
         best = measured.loc[measured["output_tok_s"].idxmax()]
         close = measured[(measured["budget"] != best["budget"])
                          & (measured["output_tok_s_max"] >= best["output_tok_s_min"])]
         rows.append({
-            "tp": tp, "context": context, "section": section, "best_budget": int(best["budget"]),
+            **where, "best_budget": int(best["budget"]),
             **{c: best[c] for c in ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup",
                                     "speedup_min", "speedup_max")},
             "within_noise": _budgets(close["budget"]), "budgets_measured": _budgets(measured["budget"]),
             "budgets_missing": _budgets(missing),
         })
-    return pd.DataFrame(rows, columns=BEST_COLUMNS)
+    return pd.DataFrame(rows, columns=keys + RESULT_COLUMNS)
 
 
 def _budgets(values) -> str:
@@ -57,24 +69,27 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
     """The report's first page (reStructuredText): the answer, then what is missing and why."""
     bad = not_ok(frame)
     title = f"specsweep: {config['study']}"
+    keys = keys_of_best(best)
+    grid = ", ".join(f"{a} {config['grid'][a]}" for a in axes.names(config["grid"]))
+    per = ", ".join(_AXIS_WORDS.get(a, a) for a in keys[:-1])
     lines = [title, "=" * len(title), "",
-             f"{config['model']['name']} on {config['backend']}; grid: budget {config['grid']['budget']}, tp "
-             f"{config['grid']['tp']}, context {config['grid']['context']}. "
+             f"{config['model']['name']} on {config['backend']}; grid: {grid}. "
              f"{frame['name'].nunique() - len(bad)} of {frame['name'].nunique()} configurations measured.", "",
              "Best draft budget", "-----------------", "",
-             "For each tensor-parallel size, prompt length and section: the budget with the highest output "
+             f"For each {per} and section: the budget with the highest output "
              "throughput (budget 0 = no speculation, so 0 means speculation did not pay), its tok/s and speedup "
              "over budget 0 with the min-max of the repeats, and the other budgets whose repeats reach the "
              "best one's slowest repeat, i.e. within noise of it. Also in results/best.csv.", "",
-             ".. list-table::", "   :header-rows: 1", "",
-             "   * - tp", "     - context", "     - section", "     - best budget", "     - output tok/s (min-max)",
-             "     - speedup (min-max)", "     - within noise", "     - no result"]
-    for row in best.itertuples():
-        lines += [f"   * - {row.tp}", f"     - {row.context}", f"     - {row.section}",
-                  f"     - {'none measured' if pd.isna(row.best_budget) else int(row.best_budget)}",
-                  f"     - {_span(row.output_tok_s, row.output_tok_s_min, row.output_tok_s_max, '.1f')}",
-                  f"     - {_span(row.speedup, row.speedup_min, row.speedup_max, '.2f')}",
-                  f"     - {row.within_noise or 'none'}", f"     - {row.budgets_missing or 'none'}"]
+             ".. list-table::", "   :header-rows: 1", ""]
+    heads = [*keys, "best budget", "output tok/s (min-max)", "speedup (min-max)", "within noise", "no result"]
+    lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
+    for row in best.to_dict("records"):
+        cells = [row[k] for k in keys] + [
+            "none measured" if pd.isna(row["best_budget"]) else int(row["best_budget"]),
+            _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
+            _span(row["speedup"], row["speedup_min"], row["speedup_max"], ".2f"),
+            row["within_noise"] or "none", row["budgets_missing"] or "none"]
+        lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
         lines.append("Every configuration has a valid result.")
@@ -83,6 +98,9 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
     lines += ["", "The figures, the tables, the failures and one page per configuration are in the categories "
               "of this report (menu on the left); the study's merged configuration is under Study."]
     return "\n".join(lines) + "\n"
+
+
+_AXIS_WORDS = {"tp": "tensor-parallel size", "context": "prompt length"}
 
 
 def _span(value, low, high, fmt: str) -> str:
@@ -96,8 +114,8 @@ def _rst_text(text: str) -> str:
     return str(text).replace("*", "\\*").replace("`", "'").replace("|", "\\|").replace("_", "\\_")
 
 
-SUMMARY_SHOWN = ["name", "tp", "budget", "context", "section", "status", "output_tok_s", "output_tok_s_min",
-                 "output_tok_s_max", "speedup", "ttft_p50_s", "tpot_p50_s", "acceptance_length", "reason"]
+SUMMARY_SHOWN = ["status", "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "ttft_p50_s",
+                 "tpot_p50_s", "acceptance_length", "reason"]  # after the name, the axes and the section
 
 
 def table_page(title: str, frame: pd.DataFrame, note: str) -> str:
@@ -165,7 +183,7 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
     results.write_text_atomic(best_csv, best.to_csv(index=False))
     results.write_text_atomic(front, front_page(config, frame, best))
     summary_html, best_html = tables_html
-    shown = frame[[c for c in SUMMARY_SHOWN if c in frame.columns]]
+    shown = frame[["name", *axes.columns(frame.columns), axes.SECTION] + [c for c in SUMMARY_SHOWN if c in frame.columns]]
     results.write_text_atomic(summary_html, table_page("Summary table", shown, "Every column is in results/summary.csv."))
     results.write_text_atomic(best_html, table_page("Best draft budget", best, "Also in results/best.csv."))
     results.write_text_atomic(study_html, study_page(study_yaml))
@@ -177,17 +195,21 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
 def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> str:
     """What the terminal shows when the main command succeeds: the best budgets (a few lines of
     results/best.csv), what has no result and why, and where to look next."""
-    best = pd.read_csv(best_csv)
-    frame = pd.read_csv(summary_csv, keep_default_na=True).fillna({"reason": ""})
-    lines = ["", f"Best draft budget per tp, context and section ({best_csv}; 0 = speculation did not pay):",
-             f"  {'tp':>3} {'context':>8}  {'section':<12} {'best':>5} {'tok/s':>8} {'speedup':>8}  within noise"]
-    for row in best.head(limit).itertuples():
-        if pd.isna(row.best_budget):
-            lines.append(f"  {row.tp:>3} {row.context:>8}  {row.section:<12} {'-':>5}  no budget measured")
+    best = pd.read_csv(best_csv, dtype={"within_noise": "string"}).fillna({"within_noise": ""})
+    frame = pd.read_csv(summary_csv, dtype={"reason": "string"}).fillna({"reason": ""})
+    keys = keys_of_best(best)
+    widths = {k: max(len(k), *(len(str(v)) for v in best[k])) if len(best) else len(k) for k in keys}
+    where = " ".join(f"{k:>{widths[k]}}" if k != axes.SECTION else f"{k:<{widths[k]}}" for k in keys)
+    lines = ["", f"Best draft budget per {', '.join(keys)} ({best_csv}; 0 = speculation did not pay):",
+             f"  {where} {'best':>5} {'tok/s':>8} {'speedup':>8}  within noise"]
+    for row in best.head(limit).to_dict("records"):
+        cells = " ".join(f"{row[k]!s:>{widths[k]}}" if k != axes.SECTION else f"{row[k]!s:<{widths[k]}}"
+                         for k in keys)
+        if pd.isna(row["best_budget"]):
+            lines.append(f"  {cells} {'-':>5}  no budget measured")
             continue
-        lines.append(f"  {row.tp:>3} {row.context:>8}  {row.section:<12} {int(row.best_budget):>5} "
-                     f"{row.output_tok_s:>8.1f} {_times(row.speedup):>8}  "
-                     f"{row.within_noise if isinstance(row.within_noise, str) and row.within_noise else 'none'}")
+        lines.append(f"  {cells} {int(row['best_budget']):>5} {row['output_tok_s']:>8.1f} "
+                     f"{_times(row['speedup']):>8}  {row['within_noise'] or 'none'}")
     if len(best) > limit:
         lines.append(f"  ... {len(best) - limit} more rows in {best_csv}")
     bad = not_ok(frame)

@@ -166,12 +166,12 @@ def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
 
 
 def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[str, float]:
-    """Output tok/s per section of the same tp and context at budget 0, if its result is here."""
-    from .config import run_name
+    """Output tok/s per section of the same other axes at budget 0, if its result is here."""
+    from .axes import run_name
     from .results import InvalidResult, read_result
 
     try:
-        base = read_result(Path(runs_dir) / f"{run_name(spec.tp, 0, spec.context)}.json")
+        base = read_result(Path(runs_dir) / f"{run_name({**spec.values, 'budget': 0})}.json")
     except (InvalidResult, FileNotFoundError):
         return {}
     if base.spec.get("study") != spec.study:

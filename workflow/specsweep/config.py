@@ -230,12 +230,12 @@ def check_study(config: dict) -> None:
 def check_axes(config: dict) -> None:
     """The study's own axes: names free to use, each reaching the server, exclusions and facets naming axes."""
     grid, server = config["grid"], config["server"]
-    templates = server["command"] + server["speculative_args"] + list(server["env"].values())
+    used = server["command"] + server["speculative_args"] + list(server["env"].values())
     for axis in grid_axes.own(grid):
         if axis in command.PLACEHOLDERS:
             raise ConfigError(f"grid.{axis}: {axis} is a placeholder specsweep fills itself; name the axis otherwise "
                               f"(reserved: {', '.join(command.PLACEHOLDERS)})")
-        if not command.uses(templates, axis):
+        if not command.uses(used, axis):
             raise ConfigError(f"grid.{axis} reaches no server: no {{{axis}}} in server.command, "
                               f"server.speculative_args or server.env, so every value would launch the same "
                               f"server; pass it with {{{axis}}} (a flag's value, or an environment variable)")

@@ -23,7 +23,7 @@ report: get_front_page()
 rule all:
     default_target: True
     input:
-        "results/summary.png",
+        str(paths.SUMMARY_PNG),
 
 
 # Provisioning and aggregation run where Snakemake runs (a cluster's login node): provisioning

@@ -1,6 +1,6 @@
 """How much load can specsweep's client generate before it, not the server, is measured?
 
-The endpoint is tests/fault_server.py streaming with no delay between tokens (as fast as a
+The endpoint is tests/doubles/fault_server.py streaming with no delay between tokens (as fast as a
 Python server can), pinned to one core; the client (this process) is pinned to another.
 
 1. closed loop at rising concurrency: streamed tokens/s, client CPU-seconds per million
@@ -32,16 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep import probes, workload
-from specsweep.config import Section
-from specsweep.metrics import percentile
-from specsweep.prompts import Prompt, prompt_id
-from specsweep.backends import get as get_backend
-from specsweep.server import ServerProcess
+from specsweep.measure import workload
+from specsweep.measure.section_stats import percentile
+from specsweep.servers import probes
+from specsweep.servers.backends import get as get_backend
+from specsweep.servers.process import ServerProcess
+from specsweep.spec import Section
+from specsweep.study.prompts import Prompt, prompt_id
 
 LLAMA = get_backend("llama-server")
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fault_server.py"
+FAULT_SERVER = Path(__file__).resolve().parents[1] / "tests" / "doubles" / "fault_server.py"
 PROMPT = [[101 + i for i in range(16)]]
 
 

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def measure(doc: dict, folder: Path) -> Path:
-    from specsweep import aggregate, config
+    from specsweep import study as config
+    from specsweep.analysis import aggregate
 
     study = config.validate_study(doc)
     for spec in config.expand_grid(study):
@@ -38,13 +39,15 @@ def measure(doc: dict, folder: Path) -> Path:
 
 
 def main() -> None:
-    from specsweep import compare, config, provision
+    from specsweep import study as config
+    from specsweep.analysis import compare
+    from specsweep.servers.backends import llama_server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
     pins = config.load_study(REPO / "config/config.yaml")["provision"]
-    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
+    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
     doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}

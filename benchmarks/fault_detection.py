@@ -6,7 +6,7 @@
                         last byte received, so a stop during a prefill (no bytes flowing) can be
                         caught slightly sooner than the stall timeout after the stop: a negative
                         figure is that, not an error.
-  kill-between-sections tests/fault_server.py SIGKILLs itself right after the last request of
+  kill-between-sections tests/doubles/fault_server.py SIGKILLs itself right after the last request of
                         "short" (a real server cannot be killed on cue between two sections)
 
 Usage: python benchmarks/fault_detection.py [--trials 5] [--stall 2]
@@ -26,11 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep import provision
-from specsweep.config import expand_grid, load_study, validate_study
+from specsweep.servers.backends import llama_server
+from specsweep.study.grid import expand_grid
+from specsweep.study.loading import load_study, validate_study
 
 REPO = Path(__file__).resolve().parents[1]
-FAULT_SERVER = REPO / "tests" / "fault_server.py"
+FAULT_SERVER = REPO / "tests" / "doubles" / "fault_server.py"
 SECTIONS = [{"name": "short", "output_tokens": 32, "requests": 2},
             {"name": "medium", "output_tokens": 256, "requests": 2},
             {"name": "long", "output_tokens": 32, "requests": 1}]
@@ -38,7 +39,7 @@ SECTIONS = [{"name": "short", "output_tokens": 32, "requests": 2},
 
 def real_study(stall: float) -> dict:
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
+    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
     return validate_study({"model": {"path": model}, "server": {"binary": binary, "stall_timeout_s": stall},
                            "grid": {"budget": [0], "context": [64]},
                            "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS}})

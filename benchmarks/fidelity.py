@@ -16,11 +16,16 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from specsweep import client, metrics, probes, prompt_sets, provision, workload
-from specsweep.config import Section, expand_grid, load_study, validate_study
-from specsweep.launch import server_argv
-from specsweep.backends import get as get_backend
-from specsweep.server import ServerProcess
+from specsweep.measure import client, section_stats, workload
+from specsweep.servers import probes
+from specsweep.servers.backends import get as get_backend
+from specsweep.servers.backends import llama_server
+from specsweep.servers.launch import server_argv
+from specsweep.servers.process import ServerProcess
+from specsweep.spec import Section
+from specsweep.study import prompt_sets
+from specsweep.study.grid import expand_grid
+from specsweep.study.loading import load_study, validate_study
 
 LLAMA = get_backend("llama-server")
 
@@ -29,20 +34,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list[float], int, int]:
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
+    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
     section = {"name": "fidelity", "output_tokens": tokens, "requests": requests}
     study = validate_study({"grid": {"budget": [budget], "context": [context]},
                             "workload": {"sections": [section]}})
     spec = expand_grid(study)[0].resolved(binary=binary, model_path=model)
     port = probes.free_port()
     log = Path(tempfile.gettempdir()) / f"specsweep-fidelity-b{budget}.log"
-    with ServerProcess(server_argv(spec, port), port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
+    argv = server_argv(spec, port)
+    with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
         prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests, length=context,
                                        output_tokens=tokens)
         before = client.metrics(server.base_url)
         records, _ = workload.run_section(server, Section(**section), prompts, stall_timeout_s=60)
-        delta = metrics.counter_delta(before, client.metrics(server.base_url))
+        delta = section_stats.counter_delta(before, client.metrics(server.base_url))
     errors = [abs(r.decode_tok_s - r.server_predicted_per_second) / r.server_predicted_per_second
               for r in records]
     return errors, sum(r.output_tokens for r in records), int(delta["llamacpp:tokens_predicted_total"])

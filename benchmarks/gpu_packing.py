@@ -2,7 +2,7 @@
 
 Real Snakemake (--cores 8 --resources gpu=8, every job declaring gpu=<tp> as the workflow's
 run_configuration rule does) schedules fixed-duration stand-in jobs; each job takes its GPUs
-through specsweep's own device locks (devices.acquire, simulated GPU ids 0-7), holds them for
+through specsweep's own device locks (leases.acquire, simulated GPU ids 0-7), holds them for
 its duration and records when and which. Printed: the makespan from the first job's start to the
 last job's end, the ideal (total GPU-seconds / 8, or the longest job if longer), their ratio
 (target: within 10%), and whether any two overlapping jobs ever shared a GPU.
@@ -33,15 +33,16 @@ rule job:
     output: "done/{{name}}.json"
     resources: gpu=lambda wc: JOBS[wc.name][0]
     params: seconds=lambda wc: JOBS[wc.name][1]
-    shell: "{python} {script} --job {{wildcards.name}} --tp {{resources.gpu}} --seconds {{params.seconds}} --out {{output}}"
+    shell: "{python} {script} --job {{wildcards.name}} --tp {{resources.gpu}} "
+           "--seconds {{params.seconds}} --out {{output}}"
 """
 
 
 def job(args) -> None:
     """One stand-in configuration: hold tp GPUs for a fixed time, as a measurement would."""
-    from specsweep import devices
+    from specsweep.measure import leases
 
-    with devices.acquire(args.tp, holder=args.job, announce=print, gpu=True) as lease:
+    with leases.acquire(args.tp, holder=args.job, announce=print, gpu=True) as lease:
         start = time.time()
         time.sleep(args.seconds)
         end = time.time()

@@ -31,7 +31,7 @@ def study(binary: str, model: str) -> dict:
 
 
 def run_once(doc: dict, folder: Path) -> list[dict]:
-    from specsweep import config
+    from specsweep import study as config
 
     spec = config.expand_grid(config.validate_study(doc))[0]
     out = folder / "result.json"
@@ -45,7 +45,9 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
 
 
 def main() -> None:
-    from specsweep import config, hostload, provision
+    from specsweep import study as config
+    from specsweep.measure import quiet_host
+    from specsweep.servers.backends import llama_server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs on the quiet host")
@@ -53,7 +55,7 @@ def main() -> None:
                         help="runs beside the hog (each takes minutes: the hog slows the server tenfold)")
     args = parser.parse_args()
     pins = config.load_study(REPO / "config/config.yaml")["provision"]
-    binary, model = provision.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
+    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
     threshold = config.validate_study({})["guard"]["max_foreign_cores"]
     doc = study(binary, model)
     print(f"guard.max_foreign_cores = {threshold}; default study sections, prompt 128, budget 0, 2 repeats")
@@ -72,10 +74,11 @@ def main() -> None:
             for s in sections:
                 load = s["host_load"]
                 worst = max(worst, load["cores"])
-                spread = hostload.repeat_spread(s["output_tok_s_repeats"]) or 0.0
+                spread = quiet_host.repeat_spread(s["output_tok_s_repeats"]) or 0.0
                 top = load["top"][0] if load["top"] else {"name": "-", "cpu_s": 0}
                 print(f"{'loaded' if loaded else 'quiet':<8}{run:>4}  {s['name']:<8}{load['cores']:>8.3f}"
-                      f"{load['cpu_s']:>8.2f}{s['output_tok_s']:>8.1f}{spread:>8.1%}  {top['name']} {top['cpu_s']:.2f} s")
+                      f"{load['cpu_s']:>8.2f}{s['output_tok_s']:>8.1f}{spread:>8.1%}  "
+                      f"{top['name']} {top['cpu_s']:.2f} s")
         verdict = "all pass" if worst <= threshold else "would fail as noisy-host"
         print(f"-> {'loaded' if loaded else 'quiet'}: worst section {worst:.3f} cores: {verdict}")
 

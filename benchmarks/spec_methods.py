@@ -11,10 +11,13 @@ import argparse
 import json
 from pathlib import Path
 
-from specsweep import client, probes, prompt_sets, provision, workload
-from specsweep.config import load_study
-from specsweep.backends import get as get_backend
-from specsweep.server import ServerProcess
+from specsweep.measure import client, workload
+from specsweep.servers import probes
+from specsweep.servers.backends import get as get_backend
+from specsweep.servers.backends import llama_server
+from specsweep.servers.process import ServerProcess
+from specsweep.study import prompt_sets
+from specsweep.study.loading import load_study
 
 LLAMA = get_backend("llama-server")
 
@@ -33,7 +36,8 @@ def measure(binary: str, model: str, extra: list[str], *, context: int, tokens: 
     port = probes.free_port()
     argv = [binary, "-m", model, "--host", probes.HOST, "--port", str(port), "-c", str(context + tokens + 64),
             "-np", "1", "-t", "2", "--metrics", "--no-webui", *extra]
-    with ServerProcess(argv, port=port, log_path=Path("/tmp/spec_methods.log"), startup_timeout_s=120, backend=LLAMA) as server:
+    log = Path("/tmp/spec_methods.log")
+    with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
         # Distinct ShareGPT prompts, the same for every method and budget: none re-sent on a server.
         prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests + 1, length=context,
@@ -47,7 +51,8 @@ def measure(binary: str, model: str, extra: list[str], *, context: int, tokens: 
         after = client.metrics(server.base_url)
     wall = sum(r.e2e_s for r in recs)
     drafts = after["llamacpp:spec_decode_num_drafts_total"] - before["llamacpp:spec_decode_num_drafts_total"]
-    acc = after["llamacpp:spec_decode_num_accepted_tokens_total"] - before["llamacpp:spec_decode_num_accepted_tokens_total"]
+    accepted = "llamacpp:spec_decode_num_accepted_tokens_total"
+    acc = after[accepted] - before[accepted]
     drafted = sum(r.draft_tokens for r in recs)
     return {"tok_s": sum(r.output_tokens for r in recs) / wall,
             "decode_tok_s": sum(r.decode_tok_s for r in recs) / len(recs),
@@ -64,7 +69,7 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = provision.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
+    binary, model = llama_server.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
     for method in args.methods.split(","):
         budgets = [0] if method == "none" else [int(b) for b in args.budgets.split(",")]
         for budget in budgets:

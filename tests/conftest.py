@@ -15,13 +15,19 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from mutation import hits as mutation_hits
 
-from specsweep import config as study
-from specsweep import provision
-from specsweep.config import expand_grid, validate_study
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DOUBLES = TESTS / "doubles"  # test doubles, one folder: the fault server, the SGLang stand-in, result factories
+DATA = TESTS / "data"  # fixtures kept as files (a results folder written by an older main)
+sys.path.insert(0, str(DOUBLES))
 
-REPO = Path(__file__).resolve().parents[1]
+from mutation import hits as mutation_hits  # noqa: E402
+from specsweep import study  # noqa: E402
+from specsweep.servers.backends import llama_server  # noqa: E402
+from specsweep.study.grid import expand_grid  # noqa: E402
+from specsweep.study.loading import validate_study  # noqa: E402
+
 PYTHON_BIN = str(Path(sys.executable).parent)
 
 if mutation_hits.active():  # run by mutmut (tests/mutation/run.py): subprocesses run the mutant too
@@ -82,7 +88,7 @@ def kill_what_the_test_started():
     yield
     left = kill_descendants(spare=before)
     if left:
-        warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)}")
+        warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)}", stacklevel=2)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -131,7 +137,7 @@ def embedded() -> dict:
     """The real llama-server and model, provisioned exactly as the workflow does (cached)."""
     pins = study.load_study(REPO / "config" / "config.yaml")["provision"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
-    binary, model = provision.provision_embedded(pins, log_path=log)
+    binary, model = llama_server.provision_embedded(pins, log_path=log)
     return {"binary": binary, "model": model}
 
 
@@ -167,7 +173,8 @@ def load(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-FAULT_SERVER = str(Path(__file__).with_name("fault_server.py"))
+FAULT_SERVER = str(DOUBLES / "fault_server.py")
+SGLANG_STANDIN = str(DOUBLES / "sglang_standin.py")
 NAME = "tp1-b0-ctx16"
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite needs beyond Python: a real single-node SLURM
-# (tests/test_slurm.py: slurm-wlm, munge), headless Chromium and its driver (the report read as a
-# person sees it, tests/test_study_archive.py) and tmux (what a person sees on the terminal,
-# tests/test_terminal.py). Both the README's test line and .ci/run call this script.
+# (tests/e2e/test_slurm.py: slurm-wlm, munge), headless Chromium and its driver (the report read as a
+# person sees it, tests/e2e/test_study_archive.py) and tmux (what a person sees on the terminal,
+# tests/workflow/test_terminal.py). Both the README's test line and .ci/run call this script.
 set -euo pipefail
 PACKAGES=(slurm-wlm munge chromium chromium-driver tmux)
 TOOLS=(slurmctld munged chromium chromedriver tmux)

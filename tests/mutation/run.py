@@ -1,7 +1,7 @@
 """Mutation testing of the trust checks: does the suite fail when one of them is broken?
 
     python tests/mutation/run.py                          # every target in targets.txt
-    python tests/mutation/run.py 'specsweep.client.*'     # a subset, by mutmut name glob
+    python tests/mutation/run.py 'specsweep.measure.client.*'     # a subset, by mutmut name glob
     python tests/mutation/run.py --again                  # in the kept copy, only the mutants not
                                                           # killed yet (less those judged equivalent),
                                                           # with the tests as they are now
@@ -40,12 +40,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WORK = REPO / "build" / "mutation"
 MUTATED = [  # files holding the targets; the rest of the package runs unmutated
-    "client.py", "server.py", "probes.py", "workload.py", "runner.py", "cli.py", "document.py", "aggregate.py",
-    "plot.py", "prompts.py", "backends/base.py", "backends/llama_server.py",
+    "measure/client.py", "servers/process.py", "servers/probes.py", "measure/workload.py", "measure/runner.py",
+    "cli.py", "records/result.py", "analysis/aggregate.py", "analysis/plot.py", "study/prompts.py",
+    "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
-    "tests/test_client.py", "tests/test_faults.py", "tests/test_workload.py", "tests/test_aggregate.py",
-    "tests/test_results.py", "tests/test_metrics_signatures.py", "tests/test_prompts.py", "tests/test_rerun.py",
+    "tests/unit/measure/test_client.py", "tests/unit/servers/test_faults.py", "tests/unit/measure/test_workload.py",
+    "tests/unit/analysis/test_aggregate.py", "tests/unit/records/test_store.py",
+    "tests/unit/measure/test_section_stats_and_signatures.py", "tests/unit/study/test_prompts.py",
+    "tests/workflow/test_rerun.py", "tests/unit/study/test_grid_axes.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -2,37 +2,37 @@ rule summary_table:
     input:
         get_run_results,
     output:
-        csv="results/summary.csv",
-        best="results/best.csv",
-        study="results/study/config.yaml",
-        front="results/report/front.rst",
+        csv=str(paths.SUMMARY_CSV),
+        best=str(paths.BEST_CSV),
+        study=str(paths.STUDY_CONFIG),
+        front=str(paths.FRONT_PAGE),
         table=reported(
-            "results/report/summary.html",
+            str(paths.REPORT / "summary.html"),
             caption="../report/table.rst",
             category="Summary",
             labels={"item": "summary table"},
         ),
         best_page=reported(
-            "results/report/best.html",
+            str(paths.REPORT / "best.html"),
             caption="../report/best.rst",
             category="Summary",
             labels={"item": "best budget per tp, context and section"},
         ),
         failures=reported(
-            "results/report/failures.html",
+            str(paths.REPORT / "failures.html"),
             caption="../report/failures.rst",
             category="Failures and exclusions",
             labels={"item": "configurations without a result"},
         ),
         pages=reported(
-            directory("results/report/configurations"),
+            directory(str(paths.REPORT / "configurations")),
             patterns=["{name}.html"],
             caption="../report/configuration.rst",
             category="Configurations",
             labels={"configuration": "{name}"},
         ),
         study_page=reported(
-            "results/report/study.html",
+            str(paths.REPORT / "study.html"),
             caption="../report/study.rst",
             category="Study",
             labels={"item": "merged study configuration"},
@@ -41,10 +41,10 @@ rule summary_table:
         "logs/aggregate/summary.log",
     params:
         study=get_study_json,
-        runs="results/runs",
-        failures="results/failures",
-        invalid="results/invalid",
-        stale="results/summary.png",
+        runs=str(paths.RUNS),
+        failures=str(paths.FAILURES),
+        invalid=str(paths.INVALID),
+        stale=str(paths.SUMMARY_PNG),
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
@@ -58,10 +58,10 @@ rule summary_table:
 
 rule summary_plot:
     input:
-        "results/summary.csv",
+        str(paths.SUMMARY_CSV),
     output:
         reported(
-            "results/summary.png",
+            str(paths.SUMMARY_PNG),
             caption="../report/summary.rst",
             category="Summary",
             labels={"item": "throughput and speedup figure"},
@@ -78,10 +78,10 @@ rule summary_plot:
 
 rule archive:
     input:
-        "results/summary.csv",
-        "results/summary.png",
+        str(paths.SUMMARY_CSV),
+        str(paths.SUMMARY_PNG),
     output:
-        "results/study.tar.gz",
+        str(paths.ARCHIVE),
     log:
         "logs/archive/archive.log",
     params:

@@ -2,9 +2,9 @@ rule run_configuration:
     input:
         unpack(get_provisioned),
     output:
-        "results/runs/{name}.json",
+        paths.RUN_RESULT,
     log:
-        "logs/runs/{name}.log",
+        paths.RUN_LOG,
     retries: config["retries"]
     threads: config["server"]["threads"]
     resources:
@@ -14,8 +14,8 @@ rule run_configuration:
     params:
         spec=get_run_spec,
         launch=get_launch_command,
-        server_log="logs/server/{name}.log",
-        failures="results/failures",
+        server_log=paths.SERVER_LOG,
+        failures=str(paths.FAILURES),
     # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:
         "# server: {params.launch}\n"

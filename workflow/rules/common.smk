@@ -4,7 +4,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from specsweep import aggregate, paths, prompt_sets, provenance, config as study
+from specsweep import study
+from specsweep.analysis import aggregate
+from specsweep.measure import provenance
+from specsweep.records import paths
+from specsweep.study import prompt_sets
 from specsweep.errors import ConfigError
 
 # The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
@@ -110,7 +114,7 @@ def get_attempt(wildcards, attempt):
 def get_run_results(wildcards):
     """Results of the grid minus excluded configurations (those appear in the summary only)."""
     return [
-        f"results/runs/{name}.json"
+        str(paths.run_result(name))
         for name, spec in SPECS.items()
         if aggregate.exclusion_reason(config, spec) is None
     ]
@@ -143,7 +147,7 @@ def reported(path, **flags):
 
 def get_front_page():
     """The generated first page of the report if the main command has run, else the static one."""
-    front = Path("results/report/front.rst")
+    front = paths.FRONT_PAGE
     return str(front.resolve()) if front.is_file() else "workflow/report/workflow.rst"
 
 
@@ -160,9 +164,9 @@ def get_plot_facets(wildcards):
 
 def archive_results():
     """Keep every measured result before any job may delete it for a rerun (onstart)."""
-    from specsweep.results import archive_runs
+    from specsweep.records.store import archive_runs
 
-    archive_runs("results/runs", "results/history")
+    archive_runs(paths.RUNS, paths.HISTORY)
 
 
 PARTIAL_CSV = str(paths.PARTIAL_CSV)
@@ -177,10 +181,10 @@ def report_failed_run():
     fails. It writes beside, never over, the rules' outputs: a results/summary.png made here
     would look up to date and stop the next run from retrying the failed configurations.
     """
-    from specsweep.plot import Facets, plot_summary
+    from specsweep.analysis.plot import Facets, plot_summary
 
     try:
-        frame = aggregate.summarize(config, "results/runs", "results/failures")
+        frame = aggregate.summarize(config, paths.RUNS, paths.FAILURES)
         aggregate.write_summary(frame, PARTIAL_CSV, FAILED_CSV)
         plot_summary(
             frame,
@@ -191,7 +195,7 @@ def report_failed_run():
     except Exception as exc:  # never hide the original failure behind a reporting error
         print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
         return
-    table = aggregate.failure_report(frame, "results/failures")
+    table = aggregate.failure_report(frame, paths.FAILURES)
     print(
         "\n"
         + (
@@ -208,7 +212,7 @@ def report_failed_run():
 
 def clean_partial_reports():
     """Once every configuration has a valid result or is excluded, drop the partial reports."""
-    frame = aggregate.summarize(config, "results/runs", "results/failures")
+    frame = aggregate.summarize(config, paths.RUNS, paths.FAILURES)
     if all(frame["status"].isin([aggregate.OK, aggregate.EXCLUDED])):
         for path in (PARTIAL_CSV, PARTIAL_PNG, FAILED_CSV):
             Path(path).unlink(missing_ok=True)
@@ -219,8 +223,8 @@ def clean_partial_reports():
 
 def print_answer():
     """After a run that made the summary: the answer on the terminal, where a person looks first."""
-    from specsweep.report import terminal_answer
+    from specsweep.analysis.report import terminal_answer
 
-    summary, best = Path("results/summary.csv"), Path("results/best.csv")
-    if Path("results/summary.png").is_file() and best.is_file() and summary.is_file():
-        print(terminal_answer(summary, best), file=sys.stderr)
+    made = (paths.SUMMARY_PNG, paths.BEST_CSV, paths.SUMMARY_CSV)
+    if all(path.is_file() for path in made):
+        print(terminal_answer(paths.SUMMARY_CSV, paths.BEST_CSV), file=sys.stderr)

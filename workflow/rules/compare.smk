@@ -1,11 +1,11 @@
 rule compare:
     input:
-        "results/summary.csv",
+        str(paths.SUMMARY_CSV),
     output:
-        csv="results/compare/summary.csv",
-        regressions="results/compare/regressions.csv",
+        csv=str(paths.COMPARE / "summary.csv"),
+        regressions=str(paths.COMPARE / "regressions.csv"),
         png=reported(
-            "results/compare/ratio.png",
+            str(paths.COMPARE / "ratio.png"),
             caption="../report/compare.rst",
             category="Comparison",
         ),

@@ -1,6 +1,6 @@
 rule provision_llama_server:
     output:
-        "results/provision/llama-server.json",
+        str(paths.manifest("llama-server")),
     log:
         "logs/provision/llama-server.log",
     params:
@@ -13,7 +13,7 @@ rule provision_llama_server:
 
 rule provision_model:
     output:
-        "results/provision/model.json",
+        str(paths.manifest("model")),
     log:
         "logs/provision/model.log",
     params:
@@ -26,7 +26,7 @@ rule provision_model:
 
 rule provision_vllm:
     output:
-        "results/provision/vllm.json",
+        str(paths.manifest("vllm")),
     log:
         "logs/provision/vllm.log",
     params:
@@ -39,9 +39,9 @@ rule provision_vllm:
 
 rule provision_tiny_model:
     input:
-        "results/provision/vllm.json",
+        str(paths.manifest("vllm")),
     output:
-        "results/provision/tiny-model.json",
+        str(paths.manifest("tiny-model")),
     log:
         "logs/provision/tiny-model.log",
     shell:
@@ -51,7 +51,7 @@ rule provision_tiny_model:
 
 rule provision_prompts:
     output:
-        "results/provision/prompts-{prompt_set}.json",
+        str(paths.manifest("prompts-{prompt_set}")),
     log:
         "logs/provision/prompts-{prompt_set}.log",
     params:

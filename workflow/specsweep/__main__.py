@@ -1,3 +1,3 @@
-from .cli import entry
+from specsweep.cli import entry
 
 entry()

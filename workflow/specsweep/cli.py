@@ -18,8 +18,16 @@ from pathlib import Path
 
 import yaml
 
-from . import aggregate, command, config, hardware, hostload, paths, prompt_sets, provision, results, signatures
-from .errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
+from specsweep.analysis import aggregate
+from specsweep.errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
+from specsweep.measure import host_facts, quiet_host
+from specsweep.records import paths, store
+from specsweep.records.failure import Failure
+from specsweep.servers import signatures, templates
+from specsweep.servers.backends import llama_server, vllm
+from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.study import loading, prompt_sets
+from specsweep.study.grid import expand_grid, find_spec
 
 
 def entry() -> None:
@@ -67,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="provisioned manifests, server and model alike (what the workflow passes)")
     run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
     run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>.log)")
-    run.add_argument("--failures-dir", type=Path, default=Path("results/failures"))
+    run.add_argument("--failures-dir", type=Path, default=paths.FAILURES)
     run.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
     run.add_argument("--attempt", type=int, default=1,
                      help="Snakemake's attempt number; a retry after a deterministic failure is not run")
@@ -88,9 +96,9 @@ def _parser() -> argparse.ArgumentParser:
 
     agg = sub.add_parser("aggregate", help="summary table from valid results only")
     _add_study_args(agg)
-    agg.add_argument("--runs", type=Path, default=Path("results/runs"))
-    agg.add_argument("--failures", type=Path, default=Path("results/failures"))
-    agg.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
+    agg.add_argument("--runs", type=Path, default=paths.RUNS)
+    agg.add_argument("--failures", type=Path, default=paths.FAILURES)
+    agg.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
     agg.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
     agg.add_argument("--quarantine", type=Path,
                      help="move results that cannot be aggregated into this folder and fail, so they are rerun")
@@ -99,8 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     agg.set_defaults(func=cmd_aggregate)
 
     plot = sub.add_parser("plot", help="summary figure from the summary table")
-    plot.add_argument("--csv", type=Path, default=Path("results/summary.csv"))
-    plot.add_argument("--out", type=Path, default=Path("results/summary.png"))
+    plot.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
+    plot.add_argument("--out", type=Path, default=paths.SUMMARY_PNG)
     plot.add_argument("--title", default="specsweep")
     plot.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
     plot.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
@@ -121,22 +129,22 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report-data", help="best budgets, front page, failures and configuration pages")
     _add_study_args(rep)
-    rep.add_argument("--summary", type=Path, default=Path("results/summary.csv"))
-    rep.add_argument("--runs", type=Path, default=Path("results/runs"))
-    rep.add_argument("--failures", type=Path, default=Path("results/failures"))
-    rep.add_argument("--best", type=Path, default=Path("results/best.csv"))
-    rep.add_argument("--front", type=Path, default=Path("results/report/front.rst"))
-    rep.add_argument("--failures-page", type=Path, default=Path("results/report/failures.html"))
-    rep.add_argument("--pages", type=Path, default=Path("results/report/configurations"))
-    rep.add_argument("--study-config", type=Path, default=Path("results/study/config.yaml"))
-    rep.add_argument("--summary-page", type=Path, default=Path("results/report/summary.html"))
-    rep.add_argument("--best-page", type=Path, default=Path("results/report/best.html"))
-    rep.add_argument("--study-page", type=Path, default=Path("results/report/study.html"))
+    rep.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
+    rep.add_argument("--runs", type=Path, default=paths.RUNS)
+    rep.add_argument("--failures", type=Path, default=paths.FAILURES)
+    rep.add_argument("--best", type=Path, default=paths.BEST_CSV)
+    rep.add_argument("--front", type=Path, default=paths.FRONT_PAGE)
+    rep.add_argument("--failures-page", type=Path, default=paths.REPORT / "failures.html")
+    rep.add_argument("--pages", type=Path, default=paths.REPORT / "configurations")
+    rep.add_argument("--study-config", type=Path, default=paths.STUDY_CONFIG)
+    rep.add_argument("--summary-page", type=Path, default=paths.REPORT / "summary.html")
+    rep.add_argument("--best-page", type=Path, default=paths.REPORT / "best.html")
+    rep.add_argument("--study-page", type=Path, default=paths.REPORT / "study.html")
     rep.set_defaults(func=cmd_report_data)
 
     arc = sub.add_parser("archive", help="pack the study (config, code, environment, results, logs) in one file")
     _add_study_args(arc)
-    arc.add_argument("--out", type=Path, default=Path("results/study.tar.gz"))
+    arc.add_argument("--out", type=Path, default=paths.ARCHIVE)
     arc.set_defaults(func=cmd_archive)
 
     ver = sub.add_parser("verify", help="check an unpacked study archive (or the .tar.gz) against its manifest")
@@ -162,8 +170,8 @@ def _add_study_args(parser: argparse.ArgumentParser) -> None:
 
 def _study(args) -> dict:
     if args.config is not None:
-        return config.load_study(args.config)
-    return config.validate_study(json.loads(args.config_json))
+        return loading.load_study(args.config)
+    return loading.validate_study(json.loads(args.config_json))
 
 
 def _raise_interrupted(signum, _frame) -> None:
@@ -174,23 +182,23 @@ def _raise_interrupted(signum, _frame) -> None:
 
 
 def cmd_run(args) -> int:
-    from .runner import run_configuration, say, secrets
+    from specsweep.measure.runner import run_configuration, say, secrets
 
     spec, prompt_source = _run_spec(args)
     guard = _guard(args)
     out = args.out or paths.run_result(spec.name)
-    server_log = args.server_log or Path("logs/server") / f"{spec.name}.log"
+    server_log = args.server_log or paths.server_log(spec.name)
     if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
         _check_same_study(spec, out.parent)
     if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
-        say(spec, f"not retried: the last attempt failed deterministically [{previous['class']}] "
-                  f"{previous['reason']}; fix it or exclude the configuration")
-        return previous["exit_code"]
+        say(spec, f"not retried: the last attempt failed deterministically [{previous.failure_class}] "
+                  f"{previous.reason}; fix it or exclude the configuration")
+        return previous.exit_code
     if args.attempt > 1:
         _settle_after_noisy_host(args.failures_dir, spec, guard)
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    started_at = results.utc_now()
+    started_at = store.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
         run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port,
@@ -200,31 +208,32 @@ def cmd_run(args) -> int:
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
         exc = caught if isinstance(caught, SpecsweepError) else InternalError(
             f"internal error: {type(caught).__name__}: {caught}")
-        record = results.failure_record(
+        record = store.failure_record(
             name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
-            attempt=results.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
+            attempt=store.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
             log_tail=signatures.log_tail(server_log, start=log_start),
+            compute_capability=host_facts.local_compute_capability(),  # where it failed, for exclusions
         )
-        record["compute_capability"] = hardware.local_compute_capability()  # where it failed, for exclusions
         hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
-        path = _write_failure(args.failures_dir, json.loads(command.redact_text(json.dumps(record), hidden)))
-        reason = " ".join(command.redact_text(exc.reason, hidden).split())  # one line on the terminal
+        shown = templates.redact_text(json.dumps(record.to_json()), hidden)
+        path = _write_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
+        reason = " ".join(templates.redact_text(exc.reason, hidden).split())  # one line on the terminal
         say(spec, f"FAILED [{exc.failure_class}] {reason}", terminal=True)
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
 
 
-def _keep_in_history(spec: config.RunSpec, out: Path) -> None:
+def _keep_in_history(spec: RunSpec, out: Path) -> None:
     """A copy under results/history/ from the moment it exists; a failure here never costs the result."""
-    from .runner import say
+    from specsweep.measure.runner import say
 
     try:
-        results.archive_runs(out.parent, paths.history_of(out.parent), only=out)
+        store.archive_runs(out.parent, paths.history_of(out.parent), only=out)
     except (OSError, SpecsweepError) as exc:
         say(spec, f"could not keep a copy in {paths.history_of(out.parent)}: {exc}")
 
 
-def _check_same_study(spec: config.RunSpec, runs_dir: Path) -> None:
+def _check_same_study(spec: RunSpec, runs_dir: Path) -> None:
     """A hand run may not drop a result of one study into another study's results folder.
 
     Aggregation would refuse it later (and measure that configuration again); refusing here
@@ -232,8 +241,8 @@ def _check_same_study(spec: config.RunSpec, runs_dir: Path) -> None:
     """
     for path in sorted(Path(runs_dir).glob("*.json")):
         try:
-            other = results.read_result(path).spec.get("study")
-        except results.InvalidResult:
+            other = store.read_result(path).spec.get("study")
+        except store.InvalidResult:
             continue
         if other != spec.study:
             raise ConfigError(
@@ -242,58 +251,58 @@ def _check_same_study(spec: config.RunSpec, runs_dir: Path) -> None:
                 f"(and --failures-dir, --server-log)")
 
 
-def _settle_after_noisy_host(failures_dir: Path, spec: config.RunSpec, guard: hostload.Guard) -> None:
+def _settle_after_noisy_host(failures_dir: Path, spec: RunSpec, guard: quiet_host.Guard) -> None:
     """A retry after a noisy-host failure gives the host time to quiet down first."""
-    from .runner import say
+    from specsweep.measure.runner import say
 
-    latest = results.latest_failure(failures_dir, spec.name) or {}
-    if latest.get("class") == NoisyHost.failure_class:
+    latest = store.latest_failure(failures_dir, spec.name)
+    if latest is not None and latest.failure_class == NoisyHost.failure_class:
         say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
             terminal=True)
         time.sleep(guard.retry_pause_s)
 
 
-def _guard(args) -> hostload.Guard:
+def _guard(args) -> quiet_host.Guard:
     """The guard settings: --guard, else the study's (--config), else the schema's defaults."""
     if args.guard is not None:
         try:
             doc = json.loads(args.guard)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--guard is not valid JSON: {exc}") from exc
-        settings = config.validate_study({"guard": doc})["guard"]
+        settings = loading.validate_study({"guard": doc})["guard"]
     elif args.config is not None:
-        settings = config.load_study(args.config)["guard"]
+        settings = loading.load_study(args.config)["guard"]
     else:
-        settings = config.validate_study({})["guard"]
-    return hostload.Guard(**settings)
+        settings = loading.validate_study({})["guard"]
+    return quiet_host.Guard(**settings)
 
 
-def _deterministic_failure(failures_dir: Path, spec: config.RunSpec) -> dict | None:
+def _deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
     """The latest failure record, if it was deterministic and for this very spec."""
-    latest = results.latest_failure(failures_dir, spec.name)
-    if latest and not latest.get("transient", True) and latest.get("spec") == json.loads(spec.to_json()):
+    latest = store.latest_failure(failures_dir, spec.name)
+    if latest and not latest.transient and latest.spec == json.loads(spec.to_json()):
         return latest
     return None
 
 
-def _write_failure(failures_dir: Path, record: dict) -> Path | str:
+def _write_failure(failures_dir: Path, record: Failure) -> Path | str:
     try:
-        return results.write_failure(failures_dir, record)
+        return store.write_failure(failures_dir, record)
     except SpecsweepError as exc:  # the record is best effort; the exit code still tells
         return f"(not written: {exc.reason})"
 
 
-def _run_spec(args) -> tuple[config.RunSpec, dict | None]:
+def _run_spec(args) -> tuple[RunSpec, dict | None]:
     """The spec with provisioned paths filled in, and the prompt set's manifest (if it uses one)."""
     if args.spec is not None:
         try:
-            spec = config.RunSpec.from_dict(json.loads(args.spec))
+            spec = RunSpec.from_dict(json.loads(args.spec))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--spec is not valid JSON: {exc}") from exc
     else:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
-        spec = config.find_spec(config.load_study(args.config), args.name)
+        spec = find_spec(loading.load_study(args.config), args.name)
     server_manifest, model_manifest, prompts_manifest = args.server_manifest, args.model_manifest, args.prompts_manifest
     for path in args.manifests:  # the workflow passes whichever the study needs, in any order
         doc = _read_json(path)
@@ -304,11 +313,11 @@ def _run_spec(args) -> tuple[config.RunSpec, dict | None]:
         else:
             model_manifest = path
     binary = None
-    if spec.binary == config.EMBEDDED:
+    if spec.binary == EMBEDDED:
         manifest = _manifest(server_manifest, "binary")
-        provision.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
+        llama_server.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
         binary = manifest["binary"]
-    model = _manifest(model_manifest, "model")["model"] if spec.model_path == config.EMBEDDED else None
+    model = _manifest(model_manifest, "model")["model"] if spec.model_path == EMBEDDED else None
     prompts = None
     if spec.prompt_set and prompts_manifest is None:  # by hand: the cached set, provisioned if need be
         prompts = prompt_sets.provision(spec.prompt_set, **spec.prompt_pins)
@@ -343,16 +352,16 @@ def _manifest(path: Path | None, key: str) -> dict:
 
 def cmd_provision(args) -> int:
     if args.what == "server":
-        manifest = provision.provision_server(args.version, args.sha256, log_path=args.log)
+        manifest = llama_server.provision_server(args.version, args.sha256, log_path=args.log)
     elif args.what == "model":
-        manifest = provision.provision_model(args.version, args.sha256)
+        manifest = llama_server.provision_model(args.version, args.sha256)
     elif args.what == "prompts":
         manifest = prompt_sets.provision(args.set, args.version, args.sha256)
     elif args.what == "vllm":
-        manifest = provision.provision_vllm(args.version, args.torch, log_path=args.log)
+        manifest = vllm.provision_vllm(args.version, args.torch, log_path=args.log)
     else:
-        manifest = provision.provision_tiny_model(_manifest(args.vllm_manifest, "binary")["binary"])
-    results.write_json_atomic(args.out, manifest)
+        manifest = vllm.provision_tiny_model(_manifest(args.vllm_manifest, "binary")["binary"])
+    store.write_json_atomic(args.out, manifest)
     return 0
 
 
@@ -373,7 +382,7 @@ def cmd_aggregate(args) -> int:
 def cmd_plot(args) -> int:
     import pandas as pd
 
-    from .plot import Facets, plot_summary
+    from specsweep.analysis.plot import Facets, plot_summary
 
     frame = pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""})
     plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, args.x, args.line, args.column))
@@ -381,8 +390,8 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from . import compare
-    from .errors import RegressionFound
+    from specsweep.analysis import compare
+    from specsweep.errors import RegressionFound
 
     study_a, study_b, tmp = compare.open_both(args.a, args.b)
     with tmp:
@@ -390,11 +399,11 @@ def cmd_compare(args) -> int:
     print(f"A: {args.a}\nB: {args.b}\n{compare.table(frame)}")
     bad = compare.regressions(frame, args.threshold)
     if args.csv:
-        results.write_text_atomic(args.csv, frame.to_csv(index=False))
+        store.write_text_atomic(args.csv, frame.to_csv(index=False))
     if args.regressions:
-        results.write_text_atomic(args.regressions, bad.to_csv(index=False))
+        store.write_text_atomic(args.regressions, bad.to_csv(index=False))
     if args.plot:
-        from .plot import plot_compare
+        from specsweep.analysis.plot import plot_compare
 
         plot_compare(frame, args.plot, title=f"B/A: {args.b} over {args.a}")
     if bad.empty:
@@ -411,14 +420,14 @@ def cmd_compare(args) -> int:
 def cmd_report_data(args) -> int:
     import pandas as pd
 
-    from . import report
+    from specsweep.analysis import report
 
     frame = pd.read_csv(args.summary, keep_default_na=True).fillna({"reason": ""})
-    from .archive import frozen_config
+    from specsweep.analysis.archive import frozen_config
 
     study = _study(args)
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
-    results.write_text_atomic(args.study_config, study_yaml)
+    store.write_text_atomic(args.study_config, study_yaml)
     report.write_all(study, frame, runs_dir=args.runs, failures_dir=args.failures, best_csv=args.best,
                      front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
                      tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
@@ -426,7 +435,7 @@ def cmd_report_data(args) -> int:
 
 
 def cmd_archive(args) -> int:
-    from . import archive
+    from specsweep.analysis import archive
 
     manifest = archive.build(_study(args), args.out)
     print(f"{args.out}: {len(manifest)} files; unpack it and read study/REPRODUCE.md")
@@ -436,7 +445,7 @@ def cmd_archive(args) -> int:
 def cmd_verify(args) -> int:
     import tempfile
 
-    from . import archive
+    from specsweep.analysis import archive
 
     if not args.folder.exists():
         raise ConfigError(f"{args.folder} does not exist: give the unpacked study/ folder or the study .tar.gz")
@@ -452,7 +461,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_rebuild(args) -> int:
-    from . import archive
+    from specsweep.analysis import archive
 
     print(archive.rebuild_summary(args.folder, args.out))
     return 0
@@ -461,10 +470,10 @@ def cmd_rebuild(args) -> int:
 def cmd_grid(args) -> int:
     study = _study(args)
     try:  # a listing, as a dry run: say what a real run would refuse, and list
-        config.check_local_paths(study)
+        loading.check_local_paths(study)
     except ConfigError as exc:
         print(f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr)
-    for spec in config.expand_grid(study):
+    for spec in expand_grid(study):
         reason = aggregate.exclusion_reason(study, spec)
         print(spec.name + (f"\texcluded: {reason}" if reason else ""))
     return 0

@@ -1,0 +1,46 @@
+"""Result documents built through the package's own code from synthetic request records."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+from specsweep import study
+from specsweep.measure import runner
+from specsweep.measure import section_stats as metrics
+from specsweep.records.request import RequestRecord
+from specsweep.servers import backends
+from specsweep.study.prompts import prompt_id
+
+
+def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> list[RequestRecord]:
+    out, t = [], 0.0
+    for index in range(section.requests):
+        end = t + ttft + (section.output_tokens - 1) / tok_s
+        chunk_t = tuple(t + ttft + k / tok_s for k in range(section.output_tokens))
+        out.append(RequestRecord(
+            section=section.name, index=index, prompt_tokens=64, output_tokens=section.output_tokens,
+            t_scheduled=t, t_send=t, t_first_token=t + ttft, t_end=end, chunk_t=chunk_t,
+            chunk_tokens=(1,) * section.output_tokens,
+            server_predicted_per_second=tok_s, draft_tokens=0, draft_accepted=0,
+        ))
+        t = end
+    return out
+
+
+def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
+    """A valid result document for a spec, every section at about tok_s."""
+    sections = []
+    for section in spec.sections:
+        runs = []
+        for repeat in range(spec.repeats):
+            records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
+            runs.append((records, records[-1].t_end - records[0].t_send))
+        runs = [([replace(r, prompt_sha256=prompt_id((section.name, r.repeat, r.index))) for r in records], wall)
+                for records, wall in runs]
+        stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
+        sections.append({"name": section.name, **asdict(section), **stats,
+                         "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
+    measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},
+                "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}
+    return runner.build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
+                               started_at="t0", startup_s=1.0, job_s=2.0).to_json()

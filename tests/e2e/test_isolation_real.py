@@ -1,0 +1,84 @@
+"""The quiet-host guard and API keys against the real llama-server, through the real workflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from conftest import finish, load, run_workflow, small_study
+from specsweep.errors import InvalidResponse
+from specsweep.measure import workload
+from specsweep.records import store as results
+from specsweep.servers import probes
+from specsweep.servers.backends import get as get_backend
+from specsweep.servers.process import ServerProcess
+from specsweep.study import prompt_sets
+
+LLAMA = get_backend("llama-server")
+
+pytestmark = pytest.mark.e2e
+
+HOG = "import time\nend = time.time() + 120\nwhile time.time() < end:\n    pass\n"  # bounded: 2 minutes
+
+
+def guard_study(**overrides) -> dict:
+    return small_study(grid={"budget": [0], "tp": [1], "context": [64]}, retries=0, **overrides)
+
+
+def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_passes(embedded, tmp_path):
+    hog = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        rc, out = finish(run_workflow(tmp_path, guard_study()), timeout=600)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert rc != 0, out
+    name = "tp1-b0-ctx64"
+    assert not (tmp_path / "results/runs" / f"{name}.json").exists()
+    record = results.latest_failure(tmp_path / "results/failures", name).to_json()
+    assert record["class"] == "noisy-host" and record["exit_code"] == 18 and record["transient"] is True
+    assert "max_foreign_cores" in record["reason"] and "python" in record["reason"]
+
+    rc, out = finish(run_workflow(tmp_path, guard_study()), timeout=600)  # the hog is gone
+    assert rc == 0, out
+    doc = load(tmp_path / "results/runs" / f"{name}.json")
+    for section in doc["sections"]:
+        assert section["host_load"]["cores"] <= doc["isolation"]["guard"]["max_foreign_cores"], section["host_load"]
+
+
+def test_an_api_key_server_works_and_no_written_file_holds_a_secret(embedded, tmp_path, monkeypatch):
+    key, hf = "sk-planted-api-key-5f2e9c", "hf_planted_token_8d1a7b"
+    monkeypatch.setenv("SPECSWEEP_TEST_API_KEY", key)
+    monkeypatch.setenv("HF_TOKEN", hf)
+    study = guard_study()
+    study["server"] = {**study["server"], "api_key_env": "SPECSWEEP_TEST_API_KEY",
+                       "command": study["server"]["command"] + ["--api-key", "{api_key}"]}
+    rc, out = finish(run_workflow(tmp_path, study), timeout=600)
+    assert rc == 0, out
+    doc = load(tmp_path / "results/runs/tp1-b0-ctx64.json")
+    assert doc["server"]["command"][-2:] == ["--api-key", "<redacted>"]
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(".snakemake" in p.parts for p in written) and any("logs" in p.parts for p in written)
+    for path in written:
+        data = path.read_bytes()
+        assert key.encode() not in data and hf.encode() not in data, path
+    assert key not in out and hf not in out
+
+
+def test_without_the_bearer_token_the_keyed_server_refuses(embedded, tmp_path):
+    """The key is really enforced, so the passing study above really sent it."""
+    port = probes.free_port()
+    argv = [embedded["binary"], "-m", embedded["model"], "--host", probes.HOST, "--port", str(port),
+            "-c", "256", "-t", "1", "--api-key", "k-123"]
+    with ServerProcess(argv, port=port, log_path=tmp_path / "server.log", startup_timeout_s=60, backend=LLAMA,
+                       api_key="k-123") as server:
+        server.wait_ready()
+        with pytest.raises(InvalidResponse, match="HTTP 401"):
+            LLAMA.tokenize(server.base_url, "hello world")  # no bearer token
+        assert len(workload.set_prompts(server, prompt_sets.default_source(), count=1, length=4)[0].tokens) == 4
+        pid = server.pid
+    assert "k-123" not in (tmp_path / "server.log").read_text()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,207 @@
+"""Aggregation from valid results only: failures, exclusions and gaps stay what they are."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from factories import result_doc
+from specsweep import study
+from specsweep.analysis import aggregate
+from specsweep.analysis.plot import plot_summary
+from specsweep.errors import ServerDied
+from specsweep.records import store as results
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A 2x2 grid: one ok baseline, one ok speculative, one failed, one excluded; one invalid."""
+    cfg = study.validate_study({
+        "grid": {"budget": [0, 4, 8], "tp": [1], "context": [128, 1024]},
+        "exclude": [{"budget": 8, "context": 1024, "reason": "known crash"}],
+    })
+    runs, failures = tmp_path / "runs", tmp_path / "failures"
+    specs = {s.name: s for s in study.expand_grid(cfg)}
+    results.write_json_atomic(runs / "tp1-b0-ctx128.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
+    results.write_json_atomic(runs / "tp1-b4-ctx128.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
+    results.write_json_atomic(runs / "tp1-b4-ctx1024.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
+    bad = result_doc(specs["tp1-b8-ctx128"])
+    bad["sections"][0]["output_tok_s"] = 0
+    results.write_json_atomic(runs / "tp1-b8-ctx128.json", bad)
+    err = ServerDied("server died in section medium: killed by SIGKILL", section="medium")
+    rec = results.failure_record(name="tp1-b0-ctx1024", spec={}, error=err, started_at="t", attempt=1,
+                                 server_log=None, log_tail="")
+    results.write_failure(failures, rec)
+    return cfg, aggregate.summarize(cfg, runs, failures)
+
+
+def _status(frame, name):
+    return set(frame[frame["name"] == name]["status"])
+
+
+def test_every_configuration_has_rows_with_its_status(sweep):
+    cfg, frame = sweep
+    assert len(frame) == 6 * 3  # configurations x sections
+    assert _status(frame, "tp1-b0-ctx128") == {"ok"}
+    assert _status(frame, "tp1-b0-ctx1024") == {"failed"}
+    assert _status(frame, "tp1-b8-ctx1024") == {"excluded"}
+    assert _status(frame, "tp1-b8-ctx128") == {"invalid result"}
+    failed = frame[frame["name"] == "tp1-b0-ctx1024"].iloc[0]
+    assert "server-died" in failed["reason"] and "medium" in failed["reason"]
+
+
+def test_each_status_carries_its_reason_and_ok_rows_none(sweep, tmp_path):
+    cfg, frame = sweep
+    ok = frame[frame["status"] == "ok"]
+    assert len(ok) == 3 * 3 and set(ok["reason"]) == {""}
+    invalid = frame[frame["name"] == "tp1-b8-ctx128"].iloc[0]["reason"]
+    assert "section short: throughput 0 is not a positive number" in invalid, invalid  # what validation said
+    # A configuration with neither a result nor a failure record is "not run", never a number.
+    bare = aggregate.summarize(cfg, tmp_path / "nothing", tmp_path / "nothing")
+    not_run = bare[bare["name"] != "tp1-b8-ctx1024"]
+    assert set(not_run["status"]) == {"not run"} and set(not_run["reason"]) == {"no result and no failure record"}
+    assert set(bare[bare["name"] == "tp1-b8-ctx1024"]["status"]) == {"excluded"}  # the rule, not "not run"
+
+
+def test_non_ok_rows_carry_no_numbers(sweep):
+    _, frame = sweep
+    bad = frame[frame["status"] != "ok"]
+    assert bad["output_tok_s"].isna().all() and bad["speedup"].isna().all()
+
+
+def test_speedup_is_relative_to_budget_zero_and_missing_without_baseline(sweep):
+    _, frame = sweep
+    row = frame[(frame["name"] == "tp1-b4-ctx128") & (frame["section"] == "long")].iloc[0]
+    assert row["speedup"] == pytest.approx(row["output_tok_s"] / row["baseline_tok_s"])
+    assert 0.4 < row["speedup"] < 0.6  # 50 vs 100 tok/s: slower, and the table says so
+    no_base = frame[frame["name"] == "tp1-b4-ctx1024"].iloc[0]
+    assert no_base["status"] == "ok" and math.isnan(no_base["speedup"])
+
+
+def test_written_tables_and_failure_report(sweep, tmp_path):
+    _, frame = sweep
+    aggregate.write_summary(frame, tmp_path / "summary.csv", tmp_path / "failed.csv")
+    again = pd.read_csv(tmp_path / "summary.csv")
+    assert list(again["status"]) == list(frame["status"])
+    failed = pd.read_csv(tmp_path / "failed.csv")
+    assert set(failed["name"]) == {"tp1-b0-ctx1024", "tp1-b8-ctx1024", "tp1-b8-ctx128"}
+    report = aggregate.failure_report(frame)
+    assert report.startswith("3 of 6 configurations") and "known crash" in report
+
+
+def test_plot_is_written_with_failures_marked(sweep, tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.markers import MarkerStyle
+
+    _, frame = sweep
+    out = tmp_path / "summary.png"
+    fig = plot_summary(frame, out, title="test")
+    assert out.stat().st_size > 20_000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Each configuration without a result is a mark above its budget at the top edge of every
+    # section's throughput panel (never a point on the axes), grey if excluded, crimson otherwise.
+    expected = sorted((b, "grey" if s == "excluded" else "crimson") for b, s in [(0, "failed"), (8, "excluded"),
+                                                                                (8, "invalid result")])
+    top_row = fig.axes[:3]
+    legend = {h.get_label(): h for h in fig.legends[0].legend_handles}
+    for ax in top_row:
+        dots = [c for c in ax.collections if isinstance(c, PathCollection)]
+        marks = [(x, y, tuple(c.get_facecolor()[0])) for c in dots for x, y in c.get_offsets()]
+        assert sorted((x, color) for x, _, color in marks) == sorted((b, to_rgba(c)) for b, c in expected)
+        for dot in dots:  # drawn above the panel's top edge, whatever the data's scale, and not clipped away
+            (x, y), = dot.get_offsets()
+            assert ax.transAxes.inverted().transform(dot.get_offset_transform().transform((x, y)))[1] > 1
+            assert dot.get_clip_on() is False
+        # Just above the panel (below its title), bigger than a data point, in its legend entry's shape.
+        for dot in dots:
+            (x, y), = dot.get_offsets()
+            assert 1 < ax.transAxes.inverted().transform(dot.get_offset_transform().transform((x, y)))[1] < 1.1
+            assert dot.get_sizes()[0] > plt.rcParams["lines.markersize"] ** 2
+            label = "excluded" if tuple(dot.get_facecolor()[0]) == to_rgba("grey") else "failed / no result"
+            style = MarkerStyle(legend[label].get_marker())
+            assert (dot.get_paths()[0].vertices == style.get_path().transformed(style.get_transform()).vertices).all()
+        # The mark's edge has the colour of its context's line.
+        lines = {c.get_label(): c.lines[0].get_color() for c in ax.containers}
+        edges = {(x, tuple(c.get_edgecolor()[0])) for c in dots for x, _ in c.get_offsets()}
+        assert edges == {(0, to_rgba(lines["tp 1, ctx 1024"])), (8, to_rgba(lines["tp 1, ctx 1024"])),
+                         (8, to_rgba(lines["tp 1, ctx 128"]))}
+    footer = fig.texts[-1].get_text()
+    for name, words in [("tp1-b0-ctx1024", "server-died"), ("tp1-b8-ctx1024", "known crash"),
+                        ("tp1-b8-ctx128", "invalid result")]:
+        assert any(name in line and words in line for line in footer.splitlines()), footer
+    assert "3 configurations measured, 3 without result" in fig._suptitle.get_text()
+
+
+def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():
+    import matplotlib.pyplot as plt
+
+    from specsweep.analysis import plot
+
+    rows = [{"tp": tp, "context": 64, "budget": b, "section": "short", "status": "ok",
+             "output_tok_s": 100.0 * tp + b, "output_tok_s_min": 99.0 * tp + b, "output_tok_s_max": 101.0 * tp + b}
+            for tp in (1, 2) for b in (0, 2, 4)]
+    frame = pd.DataFrame(rows)
+    fig, ax = plt.subplots()
+    facets = plot.Facets.of(frame.assign(name="x")[["name", "tp", "budget", "context", "section", "status",
+                                                      "output_tok_s", "output_tok_s_min", "output_tok_s_max"]])
+    assert facets == plot.Facets(x="budget", line="context", column=None, styled=("tp",))
+    plot._panel(ax, frame, "output_tok_s", "short", plot.Drawing(facets, {64: "blue"}, plot.tp_style([(1,), (2,)]),
+                                                                 [0, 2, 4]))
+    lines = {c.get_label(): c for c in ax.containers}
+    assert set(lines) == {"tp 1, ctx 64", "tp 2, ctx 64"}
+    for tp in (1, 2):
+        x, y = lines[f"tp {tp}, ctx 64"].lines[0].get_data()
+        assert list(x) == [0, 2, 4] and list(y) == [100.0 * tp + b for b in (0, 2, 4)]
+    styles = {label: c.lines[0].get_linestyle() for label, c in lines.items()}
+    assert styles["tp 1, ctx 64"] != styles["tp 2, ctx 64"]
+    plt.close(fig)
+
+
+def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers_reproducing_ones(tmp_path):
+    """A missing model, a full disk or Ctrl-C gets what to do about it, never an exclude: entry;
+    a CUDA illegal instruction gets one; the lines name the class and its configurations."""
+    from specsweep.errors import ConfigError, Interrupted, ResultWriteError, ServerDied, ServerStartError
+    from specsweep.records.store import failure_record, write_failure
+
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4, 8, 16], "tp": [1], "context": [128]}})
+    specs = {s.budget: s for s in study.expand_grid(cfg)}
+    errors = {
+        0: ConfigError("model file /m.gguf does not exist (llama-server serves one GGUF file)"),
+        2: ResultWriteError("cannot write results/runs/x.json: No space left on device"),
+        4: Interrupted(2),
+        8: ServerDied("server died in section short: RuntimeError: CUDA error: an illegal instruction was "
+                      "encountered", signature="cuda-illegal-instruction",
+                      evidence=["RuntimeError: CUDA error: an illegal instruction was encountered"]),
+        16: ServerStartError("server exited during startup: error loading model", signature="model-load",
+                             evidence=["error loading model"]),
+    }
+    for budget, error in errors.items():
+        write_failure(tmp_path, failure_record(name=specs[budget].name, spec=json.loads(specs[budget].to_json()),
+                                               error=error, started_at="t", attempt=1, server_log=None, log_tail=""))
+    report = aggregate.failure_report(aggregate.summarize(cfg, tmp_path / "runs", tmp_path), tmp_path)
+    pasted = [line for line in report.splitlines() if line.startswith("  - {")]
+    assert len(pasted) == 1 and '"budget": 8' in pasted[0], report
+    assert "Next, for config (tp1-b0-ctx128): fix the study file" in report
+    assert "Next, for result-write (tp1-b2-ctx128): free disk space" in report
+    assert "Next, for interrupted (tp1-b4-ctx128): run the same command again to finish the study" in report
+    assert "Next, for server-start (tp1-b16-ctx128): read the cause in the server log" in report
+
+
+def test_a_result_of_another_study_or_configuration_is_named_as_such():
+    """Real results store the provisioned paths where the study says 'embedded': those match."""
+    cfg = study.validate_study({"grid": {"budget": [0], "tp": [1], "context": [128]}})
+    spec = study.expand_grid(cfg)[0]
+    measured = spec.resolved(binary="/cache/llama-server", model_path="/cache/m.gguf")
+    doc = result_doc(measured)
+    result = results.Result.from_json(doc)
+    assert aggregate.measured_otherwise(result, spec) is None
+    reseeded = study.expand_grid(study.validate_study({**cfg, "workload": {"seed": 7, "repeats": 3}}))[0]
+    assert aggregate.measured_otherwise(result, reseeded) == \
+        "measured with another configuration than the study's (repeats, seed differ)"
+    other = study.expand_grid(study.validate_study({**cfg, "study": "other"}))[0]
+    assert aggregate.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
+    broken = results.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
+    assert aggregate.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"

@@ -1,0 +1,330 @@
+"""A number measured alone, the cause of this attempt read right, secrets never written.
+
+Unit tests for the pure parts (redaction, bind checks, the guard's arithmetic, device leases
+with simulated GPU ids) and CLI runs against tests/doubles/fault_server.py for the rest; the real
+llama-server tests are in test_isolation_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import psutil
+import pytest
+
+from conftest import NAME, REPO, fault_study, run_cli
+from specsweep.errors import ConfigError, DeviceBusy, NoisyHost, PortConflict
+from specsweep.measure import host_facts as hardware
+from specsweep.measure import leases as devices
+from specsweep.measure import quiet_host as hostload
+from specsweep.records import store as results
+from specsweep.servers import templates as command
+
+GUARD = hostload.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0)
+
+
+# --- secrets and exposure ---------------------------------------------------------------------
+
+def test_redact_hides_secret_flags_variables_and_known_values():
+    argv = ["srv", "--api-key", "sk-1", "--hf-token=abc", "HF_TOKEN=xyz", "--tokenizer", "tok",
+            "--num-speculative-tokens", "4", "--token-delay", "0.1", "--note", "has sk-1 inside"]
+    assert command.redact(argv, ("sk-1",)) == [
+        "srv", "--api-key", "<redacted>", "--hf-token=<redacted>", "HF_TOKEN=<redacted>", "--tokenizer", "tok",
+        "--num-speculative-tokens", "4", "--token-delay", "0.1", "--note", "has <redacted> inside"]
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--hf-token", "--db-password"])
+def test_a_literal_secret_in_the_study_is_refused(flag):
+    with pytest.raises(ConfigError, match="api_key_env"):
+        command.check_no_literal_secret("server.command", ["srv", flag, "s3cret"])
+    command.check_no_literal_secret("server.command", ["srv", flag, "{api_key}"])  # the way to do it
+
+
+@pytest.mark.parametrize("host, refused", [("0.0.0.0", True), ("::", True), ("10.1.2.3", True),
+                                           ("gpu-node-7", True), ("127.0.0.1", False), ("127.0.0.9", False),
+                                           ("localhost", False), ("::1", False), ("{host}", False)])
+def test_binding_beyond_loopback_must_be_meant(host, refused):
+    args = ["srv", "--host", host, "--port", "{port}"]
+    if refused:
+        with pytest.raises(ConfigError, match="allow_remote_bind"):
+            command.check_bind("server.command", args, allowed=False)
+        command.check_bind("server.command", args, allowed=True)
+    else:
+        command.check_bind("server.command", args, allowed=False)
+
+
+def test_missing_api_key_variable_fails_before_any_launch(tmp_path, model, monkeypatch):
+    monkeypatch.delenv("SPECSWEEP_TEST_NO_SUCH_KEY", raising=False)
+    study = fault_study(model, api_key_env="SPECSWEEP_TEST_NO_SUCH_KEY")
+    study["server"]["command"] += ["--api-key", "{api_key}"]
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 2 and "SPECSWEEP_TEST_NO_SUCH_KEY" in err and "not set" in err
+    assert "server pid" not in err
+
+
+def test_a_failure_record_never_holds_the_key(tmp_path, model, monkeypatch):
+    key = "sk-planted-0123456789"
+    monkeypatch.setenv("SPECSWEEP_TEST_KEY", key)
+    study = fault_study(model, "die-at-request:2", api_key_env="SPECSWEEP_TEST_KEY")
+    study["server"]["command"] += ["--api-key", "{api_key}", "--echo-args"]  # the server prints its argv
+    rc, err = run_cli(tmp_path, study)
+    assert rc == 12, err
+    assert "--api-key <redacted>" in err
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path
+
+
+# --- the cause of this attempt only -------------------------------------------------------------
+
+@pytest.mark.parametrize("earlier", ["cuda-crash", "bind-error"])
+def test_an_earlier_attempts_log_lines_never_name_this_failure(tmp_path, model, earlier):
+    if earlier == "cuda-crash":
+        rc, _ = run_cli(tmp_path, fault_study(model, "crash-at-request:2"))
+        assert rc == 12
+        assert results.latest_failure(tmp_path / "failures", NAME).to_json()["signature"] == "cuda-illegal-instruction"
+    else:
+        (tmp_path / "server.log").write_text("error: couldn't bind HTTP server socket, hostname: 127.0.0.1\n")
+    rc, err = run_cli(tmp_path, fault_study(model, "exit-at-startup"), "--attempt", "2")
+    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    assert rc == 10, err
+    assert record["class"] == "server-start" and record["transient"] is False
+    assert record["signature"] == "bad-arguments"
+    assert "illegal instruction" not in record["server_log_tail"] and "couldn't bind" not in record["server_log_tail"]
+    assert "the argument has been removed" in record["server_log_tail"]
+
+
+# --- manifests and internal errors: never a traceback -----------------------------------------
+
+def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path):
+    (tmp_path / "server.json").write_text("[1, 2]")
+    (tmp_path / "model.json").write_text('{"model": "/m.gguf"}')
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", "config/config.yaml",
+                           "--name", "tp1-b0-ctx128", "--server-manifest", str(tmp_path / "server.json"),
+                           "--model-manifest", str(tmp_path / "model.json")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2
+    assert "must be a JSON object" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- the quiet-host guard -----------------------------------------------------------------------
+
+def test_foreign_cpu_counts_others_and_new_processes_only():
+    before = {1: (100.0, 5.0, "me"), 2: (100.0, 1.0, "server"), 3: (100.0, 2.0, "hog"), 4: (100.0, 9.0, "gone")}
+    after = {1: (100.0, 6.0, "me"), 2: (100.0, 3.0, "server"), 3: (100.0, 3.5, "hog"),
+             5: (150.0, 0.5, "newcomer"), 6: (50.0, 0.0, "idle")}
+    load = hostload.foreign_cpu(before, after, own={1, 2}, wall_s=2.0)
+    assert load["cpu_s"] == pytest.approx(2.0) and load["cores"] == pytest.approx(1.0)
+    assert [p["name"] for p in load["top"]] == ["hog", "newcomer"]
+    reused = hostload.foreign_cpu({7: (1.0, 50.0, "old")}, {7: (2.0, 0.25, "new")}, own=set(), wall_s=1.0)
+    assert reused["cpu_s"] == pytest.approx(0.25)  # a reused pid is a new process, not a negative delta
+
+
+def test_a_child_reaped_during_the_section_counts_only_its_time_inside_it():
+    # cc1plus had used 40 s before the section and 0.5 s inside it, then ended: make's children
+    # times jump by 40.5 s, of which only 0.5 s belong to the section.
+    before = {10: (100.0, 3.0, "make", 1), 11: (100.0, 40.0, "cc1plus", 10), 12: (100.0, 7.0, "orphan", 99)}
+    after = {10: (100.0, 43.5, "make", 1), 1: (1.0, 7.0 + 0.2, "init", 0)}
+    load = hostload.foreign_cpu(before, after, own=set(), wall_s=1.0)
+    assert load["cpu_s"] == pytest.approx(0.5 + 0.2)
+    assert [p["name"] for p in load["top"]] == ["make", "init"]
+
+
+def _load(cores: float, wall: float = 2.0, gpu=()) -> dict:
+    return {"cpu_s": cores * wall, "cores": cores, "top": [{"pid": 9, "name": "hog", "cpu_s": cores * wall}],
+            "gpu_processes": list(gpu)}
+
+
+def test_guard_fails_a_section_above_its_threshold_and_passes_one_below():
+    with pytest.raises(NoisyHost, match=r"0\.60 cores.*hog.*max_foreign_cores"):
+        hostload.check("medium", _load(0.6), GUARD, [100.0, 101.0], closed_loop=True)
+    hostload.check("medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
+    # Below the clock-tick floor a figure is resolution, not load: 0.04 CPU-s in a 40 ms section.
+    hostload.check("short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
+
+
+def test_guard_catches_closed_loop_repeats_that_disagree():
+    with pytest.raises(NoisyHost, match="spread of 86%"):
+        hostload.check("long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=True)
+    hostload.check("long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=False)  # open loop: arrivals differ
+    hostload.check("long", _load(0.0), GUARD, [100.0, 80.0], closed_loop=True)
+
+
+def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
+    """NVML mocked at its boundary: one process of ours, one stranger, one pid from another namespace."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        procs = [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=1),
+                 types.SimpleNamespace(pid=stranger.pid, usedGpuMemory=2),
+                 types.SimpleNamespace(pid=4_000_000, usedGpuMemory=3)]
+        fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: i,
+                                     nvmlDeviceGetComputeRunningProcesses=lambda h: procs if h == 1 else [])
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        found = hostload.gpu_foreign(("1",), own={os.getpid()})
+        assert [(p["pid"], p["visible"]) for p in found] == [(stranger.pid, True), (4_000_000, False)]
+        with pytest.raises(NoisyHost, match=f"pid {stranger.pid} on GPU 1"):
+            hostload.check("short", _load(0.0, gpu=found), GUARD, [1.0], closed_loop=True)
+        hostload.check("short", _load(0.0, gpu=found[1:]), GUARD, [1.0], closed_loop=True)  # unresolvable pid
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_noisy_host_retry_waits_before_it_launches(tmp_path, model):
+    folder = tmp_path / "failures" / NAME
+    folder.mkdir(parents=True)
+    (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps({"class": "noisy-host", "transient": True}))
+    t0 = time.monotonic()
+    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--guard", json.dumps({"retry_pause_s": 1.5}))
+    assert rc == 0, err
+    assert "found the host busy: waiting 1.5 s" in err and time.monotonic() - t0 >= 1.5
+
+
+def test_result_records_the_guard_figures(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01))
+    assert rc == 0, err
+    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert doc["isolation"]["devices"] == ["host"] and doc["isolation"]["guard"]["max_foreign_cores"] == 0.25
+    for section in doc["sections"]:
+        load = section["host_load"]
+        assert load["cores"] is not None and load["cores"] <= 0.25 and load["max_cores"] == 0.25
+        assert section["started_at"] < section["finished_at"]
+
+
+# --- device leases ------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpus(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2,3")
+
+
+def test_leases_on_simulated_gpus_are_disjoint_and_wait_for_a_release(gpus):
+    said = []
+    first = devices.acquire(2, holder="a", announce=said.append, gpu=True)
+    second = devices.acquire(2, holder="b", announce=said.append, gpu=True)
+    assert set(first.gpus).isdisjoint(second.gpus) and len(first.gpus) == len(second.gpus) == 2
+    assert second.env() == {"CUDA_VISIBLE_DEVICES": ",".join(second.gpus)}
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(devices.acquire(1, holder="c", announce=said.append, gpu=True)))
+    waiter.start()
+    time.sleep(1.0)
+    assert not got and any("held by a" in s and "held by b" in s for s in said)
+    first.release()
+    waiter.join(timeout=10)
+    assert got and got[0].gpus[0] in first.gpus
+    got[0].release()
+    second.release()
+
+
+def test_a_tp_larger_than_the_host_is_a_config_error(gpus):
+    with pytest.raises(ConfigError, match="tp 8 needs 8 GPUs, this host has 4"):
+        devices.acquire(8, holder="x", announce=print, gpu=True)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
+    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
+    if gpu:
+        monkeypatch.setenv("SPECSWEEP_GPUS", "0")  # one GPU: the waiter needs the crasher's
+    else:
+        monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
+    holder = subprocess.Popen([sys.executable, "-c", "from specsweep.measure import leases as devices; import time; "
+                               f"devices.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert holder.pid in devices.other_measurements()
+    said = []
+    waiter = threading.Thread(target=lambda: said.append(devices.acquire(1, holder="me", announce=said.append,
+                                                                         gpu=gpu)))
+    waiter.start()
+    time.sleep(0.8)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    waiter.join(timeout=10)
+    lease = said[-1]
+    assert isinstance(lease, devices.Lease) and lease.devices == (("0",) if gpu else ("host",))
+    assert any("held by crasher" in s for s in said if isinstance(s, str))
+    lease.release()
+    assert not psutil.pid_exists(holder.pid) or psutil.Process(holder.pid).status() == psutil.STATUS_ZOMBIE
+
+
+# --- GPUs by NVML (mocked at its boundary) -------------------------------------------------------
+
+class FakeNVML:
+    """pynvml's calls specsweep makes, over a table of GPUs whose used memory a test changes."""
+
+    def __init__(self, used: dict[int, int], cc=(12, 0)):
+        self.used, self.cc = used, cc
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=self.used[h], total=96 << 30)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return self.cc
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.95.05"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=4242, usedGpuMemory=self.used[h])] if self.used[h] > 2 << 30 else []
+
+
+def test_a_lease_waits_for_its_gpus_memory_to_be_released_before_the_next_job(gpus, monkeypatch):
+    nvml = FakeNVML({0: 0, 1: 0, 2: 0, 3: 0})
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    lease = devices.acquire(2, holder="a", announce=print, gpu=True)
+    held = [int(g) for g in lease.gpus]
+    for g in held:
+        nvml.used[g] = 40 << 30  # the server's weights and KV cache
+    threading.Timer(0.6, lambda: nvml.used.update({g: 300 << 20 for g in held})).start()  # driver keeps a little
+    t0 = time.monotonic()
+    lease.release()
+    assert 0.5 < time.monotonic() - t0 < 5 and lease.memory_wait_s >= 0.5
+
+
+def test_gpus_whose_memory_is_never_released_fail_the_next_job_clearly(gpus, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 40 << 30, 1: 40 << 30, 2: 40 << 30, 3: 40 << 30}))
+    monkeypatch.setenv("SPECSWEEP_GPU_RELEASE_TIMEOUT_S", "0.3")
+    with pytest.raises(DeviceBusy, match=r"still have memory in use after 0.3 s, by pid\(s\) \[4242\]"):
+        devices.acquire(1, holder="b", announce=print, gpu=True)
+    again = devices.acquire(4, holder="c", announce=print, gpu=False)  # the failed job held nothing
+    again.release()
+
+
+def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 0, 1: 0}))
+    hw = hardware.facts(("1",))
+    assert hw["gpus"] == [{"index": "1", "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                           "memory_bytes": 96 << 30, "compute_capability": "12.0"}]
+    assert hw["compute_capability"] == "12.0" and hw["gpu_driver"] == "580.95.05" and hw["gpu_count"] == 1
+    assert hw["logical_cores"] == os.cpu_count() and hw["memory_bytes"] > 0 and hw["cpu_model"]
+    monkeypatch.delitem(sys.modules, "pynvml")
+    monkeypatch.setattr(hardware, "nvml", lambda: None)
+    assert hardware.facts(("0",))["gpus"] == [{"index": "0"}]  # simulated: nothing guessed
+
+
+def test_each_job_gets_its_own_port_even_when_asked_for_one_in_use(gpus):
+    first = devices.acquire(1, holder="a", announce=print, gpu=True)
+    second = devices.acquire(1, holder="b", announce=print, gpu=True)
+    assert first.port != second.port and first.port > 0
+    with pytest.raises(PortConflict, match="reserved by another specsweep job"):
+        devices.acquire(1, holder="c", announce=print, gpu=True, port=first.port)
+    first.release()
+    second.release()

@@ -1,0 +1,60 @@
+"""Statistics and log classification on known inputs."""
+
+import pytest
+
+from specsweep.measure import section_stats as metrics
+from specsweep.servers import backends, signatures
+
+
+@pytest.mark.parametrize("values, q, expected", [
+    ([1, 2, 3, 4], 50, 2.5), ([5], 99, 5), ([1, 2, 3, 4, 5], 90, 4.6), ([3, 1, 2], 0, 1),
+])
+def test_percentile_matches_linear_interpolation(values, q, expected):
+    assert metrics.percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_of_nothing_is_none_not_zero():
+    assert metrics.percentile([], 50) is None
+    assert metrics.distribution([])["mean"] is None
+
+
+def test_acceptance_length_from_counter_deltas():
+    before = {"llamacpp:spec_decode_num_drafts_total": 10.0, "llamacpp:spec_decode_num_accepted_tokens_total": 20.0}
+    after = {"llamacpp:spec_decode_num_drafts_total": 30.0, "llamacpp:spec_decode_num_accepted_tokens_total": 80.0}
+    delta = metrics.counter_delta(before, after)
+    llama = backends.get("llama-server")
+    assert llama.acceptance_length([], delta) == pytest.approx(1 + 60 / 20)
+    assert llama.acceptance_length([], {}) is None
+
+
+@pytest.mark.parametrize("line, label", [
+    ("RuntimeError: CUDA error: an illegal instruction was encountered", "cuda-illegal-instruction"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "gpu-oom"),
+    ("torch.distributed.DistBackendError: NCCL error in: ...", "nccl"),
+    ("main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080", "port-in-use"),
+    ("error: the argument has been removed", "bad-arguments"),
+    ("launch_server.py: error: unrecognized arguments: --foo", "bad-arguments"),
+    ("{\"type\": \"exceed_context_size_error\"}", "context-exceeded"),
+])
+def test_log_signatures(line, label):
+    found, lines = signatures.classify(f"loading...\n{line}\nmore\n")
+    assert found == label and lines == [line]
+
+
+def test_unknown_log_has_no_signature():
+    assert signatures.classify("all good\n") == (None, [])
+
+
+def test_exit_descriptions():
+    assert signatures.describe_exit(-9) == "killed by SIGKILL"
+    assert signatures.describe_exit(1) == "exited with code 1"
+
+
+def test_every_failure_class_has_its_own_exit_code():
+    from specsweep import errors
+
+    classes = [errors.SpecsweepError, *errors.SpecsweepError.__subclasses__()]
+    codes = {c.exit_code for c in classes if c is not errors.SpecsweepError}
+    names = {c.failure_class for c in classes}
+    assert len(codes) == len(classes) - 1 and len(names) == len(classes)
+    assert 0 not in codes and errors.Interrupted(2).exit_code == 130 and errors.Interrupted(15).exit_code == 143

@@ -1,0 +1,413 @@
+"""The backend seam: golden launch commands, SGLang's wire format against its own published schema,
+and the real CLI measuring through the SGLang stand-in (tokens, acceptance, faults, GPUs, env)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, SGLANG_STANDIN, load
+from specsweep import study as config
+from specsweep.analysis import aggregate
+from specsweep.errors import ConfigError, Excluded, InvalidResponse
+from specsweep.measure import client, runner
+from specsweep.measure import leases as devices
+from specsweep.servers import backends, launch, probes
+
+STANDIN = SGLANG_STANDIN
+SGLANG_WHEEL = "sglang==0.5.23"
+
+
+def spec_of(study: dict, name: str) -> config.RunSpec:
+    return config.find_spec(config.validate_study(study), name)
+
+
+# --- golden launch commands ---------------------------------------------------------------------
+
+def test_golden_argv_of_every_backend_default():
+    def argv(backend: str, model: str) -> list[str]:
+        study = {"backend": backend, "model": {"path": model}, "server": {"binary": "PY"},
+                 "grid": {"budget": [0, 4], "tp": [1, 2], "context": [128]}}
+        if backend == "llama-server":  # its default has no {tp}: one tp only
+            study["grid"]["tp"] = [2]
+        return launch.server_argv(spec_of(study, "tp2-b4-ctx128"), 8000, scratch="/s")
+
+    assert argv("llama-server", "/m.gguf") == [
+        "PY", "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "8000", "-c", "404", "-np", "1", "-t", "2",
+        "--metrics", "--no-webui", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8",
+        "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "4"]
+    assert argv("sglang", "Qwen/Qwen3-8B") == [
+        "PY", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--tp", "2", "--context-length", "404",
+        "--host", "127.0.0.1", "--port", "8000", "--enable-metrics",
+        "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"]
+    assert argv("vllm", "/models/m") == [
+        "PY", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m", "--tensor-parallel-size", "2",
+        "--max-model-len", "404", "--host", "127.0.0.1", "--port", "8000", "--disable-uvicorn-access-log",
+        "--speculative-config",
+        '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}']
+
+
+def test_golden_argv_and_env_of_the_example_studies():
+    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    spec = config.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
+    assert launch.server_argv(spec, 8000, scratch="/s") == [
+        "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
+        "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000",
+        "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
+        "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
+    assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+    narrow = config.find_spec(ddtree, "tp2-b15-ctx25000-topk4")  # the fourth axis, through server.env
+    assert launch.server_env(narrow, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "4"}
+    assert launch.server_argv(narrow, 8000, scratch="/s") == launch.server_argv(spec, 8000, scratch="/s")
+    assert len(config.expand_grid(ddtree)) == 7 * 2 * 2
+    assert spec.gpu and spec.backend == "sglang" and spec.context + 2048 <= spec.context_limit
+    assert [s.output_tokens for s in spec.sections] == [256, 1024, 2048]
+    assert sorted(ddtree["grid"]["budget"]) == [0, 8, 12, 15, 16, 32, 64] and ddtree["grid"]["tp"] == [1, 2]
+    baseline = config.find_spec(ddtree, "tp1-b0-ctx25000-topk4")
+    assert "--speculative-algorithm" not in launch.server_argv(baseline, 8000)
+
+    eagle = config.find_spec(config.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
+    assert launch.server_argv(eagle, 8000) == [
+        "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-8B",
+        "--tensor-parallel-size", "2", "--max-model-len", "4116", "--host", "127.0.0.1", "--port", "8000",
+        "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log", "--speculative-config",
+        '{"method": "eagle3", "model": "/models/Qwen3-8B-EAGLE3", "num_speculative_tokens": 4}']
+    assert json.loads(launch.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
+
+    cpu = config.find_spec(config.load_study(REPO / "config" / "vllm-cpu.yaml"), "tp1-b4-ctx128")
+    resolved = cpu.resolved(binary="/venv/bin/python", model_path="/cache/tiny")
+    assert launch.server_argv(resolved, 8000, scratch="/s")[:4] == [
+        "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert launch.server_env(resolved, 8000, scratch="/s")["VLLM_CACHE_ROOT"] == "/s/cache"
+
+
+def test_the_plan_shows_the_command_each_job_launches():
+    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    shown = config.shown_command(config.find_spec(ddtree, "tp1-b32-ctx25000-topk8"))
+    assert shown.startswith("SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server")
+    assert "--port '<port>'" in shown and "--speculative-ddtree-budget 32" in shown
+
+
+def test_embedded_is_provisioned_only_for_what_the_study_leaves_to_the_pipeline():
+    sharegpt = {"prompts": "results/provision/prompts-sharegpt.json"}  # the prompt set, unless the study brings its own
+    assert config.provisioned(config.validate_study({})) == {
+        "binary": "results/provision/llama-server.json", "model": "results/provision/model.json", **sharegpt}
+    assert config.provisioned(config.load_study(REPO / "config" / "vllm-cpu.yaml")) == {
+        "binary": "results/provision/vllm.json", "model": "results/provision/tiny-model.json", **sharegpt}
+    assert config.provisioned(config.load_study(REPO / "config" / "sglang-ddtree.yaml")) == sharegpt
+    own = config.validate_study({"server": {"binary": "/usr/bin/llama-server"}, "model": {"path": "/m.gguf"},
+                                 "workload": {"prompt_set": "humaneval"}})
+    assert config.provisioned(own) == {"prompts": "results/provision/prompts-humaneval.json"}
+    with pytest.raises(ConfigError, match="sglang has no embedded"):
+        config.validate_study({"backend": "sglang"})
+
+
+def test_model_paths_each_backend_accepts(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    vllm = spec_of({"backend": "vllm", "model": {"path": str(folder)}, "server": {"binary": "python3"}},
+                   "tp1-b0-ctx128")
+    runner.check_model_path(vllm)  # a folder
+    runner.check_model_path(config.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
+    with pytest.raises(ConfigError, match="does not exist"):
+        runner.check_model_path(config.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
+    llama = spec_of({"model": {"path": str(folder)}, "server": {"binary": "x"}}, "tp1-b0-ctx128")
+    with pytest.raises(ConfigError, match="serves one GGUF file"):
+        runner.check_model_path(llama)
+    facts = runner.model_facts(str(folder))
+    assert facts["files"] == 1 and facts["bytes"] == 2 and len(facts["sha256"]) == 64
+    (folder / "config.json").write_text("{} ")
+    assert runner.model_facts(str(folder))["sha256"] != facts["sha256"]  # any byte changes the hash
+    assert runner.model_facts("Qwen/Qwen3-8B")["hub_id"] == "Qwen/Qwen3-8B"
+
+
+# --- exclusions by architecture -----------------------------------------------------------------
+
+def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
+    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    b8, b15 = config.find_spec(ddtree, "tp1-b8-ctx25000-topk4"), config.find_spec(ddtree, "tp1-b15-ctx25000-topk4")
+    on = lambda cc: {**ddtree, "hardware": {"compute_capability": cc}}  # noqa: E731
+    assert "illegal instruction" in aggregate.exclusion_reason(on("12.0"), b8)
+    assert aggregate.exclusion_reason(on("12.0"), b15) is None
+    assert aggregate.exclusion_reason(on("9.0"), b8) is None
+    assert b8.excluded_on and b8.excluded_on[0][0] == ("12.0",) and b15.excluded_on == ()
+    # The job itself refuses such GPUs when the plan was made elsewhere (a login node).
+    with pytest.raises(Excluded, match="compute capability 12.0"):
+        devices.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
+    devices.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
+    assert config.RunSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
+
+
+def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
+    from specsweep.errors import ServerDied
+    from specsweep.records.store import failure_record, write_failure
+
+    study = config.validate_study({"server": {"binary": "x", "gpu": True}, "model": {"path": "/m"},
+                                   "grid": {"budget": [0, 8], "tp": [1], "context": [128]}})
+    b8 = config.find_spec(study, "tp1-b8-ctx128")
+    error = ServerDied("server died in section short", signature="cuda-illegal-instruction",
+                       evidence=["RuntimeError: CUDA error: an illegal instruction was encountered"])
+    record = failure_record(name=b8.name, spec=json.loads(b8.to_json()), error=error, started_at="t",
+                            attempt=1, server_log=None, log_tail="", compute_capability="12.0")
+    write_failure(tmp_path / "failures", record)
+    report = aggregate.failure_report(aggregate.summarize(study, tmp_path / "runs", tmp_path / "failures"),
+                                      tmp_path / "failures")
+    line = report.splitlines()[-1].strip()
+    rule = yaml.safe_load(line)[0]
+    assert rule == {"tp": 1, "budget": 8, "context": 128, "compute_capability": "12.0",
+                    "reason": "cuda-illegal-instruction: RuntimeError: CUDA error: an illegal instruction was "
+                              "encountered"}
+    pasted = config.validate_study({**study, "exclude": [rule], "hardware": {"compute_capability": "12.0"}})
+    excluded = [s.name for s in config.expand_grid(pasted) if aggregate.exclusion_reason(pasted, s)]
+    assert excluded == ["tp1-b8-ctx128"]
+
+
+# --- Prometheus text ------------------------------------------------------------------------------
+
+def test_metrics_add_every_labelled_series_and_drop_created_stamps():
+    text = ('# TYPE vllm:spec_decode_num_drafts counter\n'
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 14.0\n'
+            'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9\n'
+            'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 6.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 2\n')
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(text.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        values = client.metrics(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert values["vllm:spec_decode_num_drafts_total"] == 20.0  # both engines, not the last one
+    assert values["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == 5.0
+    assert not any(k.endswith("_created") for k in values)
+
+
+# --- SGLang's own schema ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def sglang_api_types(tmp_path_factory) -> Path:
+    """SGLang's published request/response schema, from its wheel (downloaded, never committed)."""
+    folder = tmp_path_factory.mktemp("sglang-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", SGLANG_WHEEL, "-d", str(folder)],
+                   check=True, capture_output=True, timeout=600)
+    wheel = next(folder.glob("sglang-*.whl"))
+    target = folder / "api_types.py"
+    with zipfile.ZipFile(wheel) as zf:
+        target.write_bytes(zf.read("sglang/api/v1/api_types.py"))
+    return target
+
+
+@pytest.fixture(scope="session")
+def api(sglang_api_types):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglang_api_types", sglang_api_types)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sglang_adapter_sends_what_sglangs_schema_accepts(api):
+    body = backends.get("sglang").request_body([1, 2, 3], 8)
+    request = api.GenerateRequest.from_json_value(body)
+    assert request.input_ids == [1, 2, 3] and request.stream is True
+    params = api.SamplingParams.from_json_value(body["sampling_params"])
+    assert (params.max_new_tokens, params.temperature, params.ignore_eos) == (8, 0.0, True)
+    with pytest.raises(api.JsonContractError):  # the schema is strict: a misspelt key is refused
+        api.SamplingParams.from_json_value({"max_new_token": 8})
+
+
+def _standin(port: int, *extra: str, api_types: Path | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, STANDIN, "--port", str(port), *extra]
+    if api_types:
+        cmd += ["--api-types", str(api_types)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not probes.port_answers(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def _raw_stream(url: str, body: dict) -> list[dict]:
+    import requests
+
+    with requests.post(url, json=body, stream=True, timeout=20) as resp:
+        assert resp.status_code == 200
+        lines = [ln.decode() for ln in resp.iter_lines() if ln]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(ln[len("data: "):]) for ln in lines[:-1]]
+
+
+def test_the_sglang_standin_answers_as_sglangs_schema_says(api, sglang_api_types):
+    port = probes.free_port()
+    proc = _standin(port, "--speculative-num-draft-tokens", "4", "--context-length", "64",
+                    api_types=sglang_api_types)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        time.sleep(0.6)  # past its "starting" window
+        chunks = _raw_stream(f"{base}/generate", backends.get("sglang").request_body(list(range(10)), 12))
+        decoded = [api.GenerateResponse.from_json_value(c) for c in chunks]
+        assert [d.meta_info.completion_tokens for d in decoded][-1] == 12
+        assert all(d.meta_info.finish_reason is None for d in decoded[:-1])
+        assert "spec_verify_ct" in chunks[-1]["meta_info"] and "spec_verify_ct" not in chunks[0]["meta_info"]
+        overflow = _raw_stream(f"{base}/generate", backends.get("sglang").request_body(list(range(60)), 12))
+        error = api.GenerateStreamError.from_json_value(overflow[0])
+        assert "exceeds the model's maximum context length" in error.error.message
+        import requests
+
+        bad = requests.post(f"{base}/generate", json={"input_ids": [1], "sampling_params": {"max_new_token": 1}})
+        assert bad.status_code == 400  # the contract check, as api_contract.generate_contract_error
+        info = api.GetServerInfoResponse.from_json_value(requests.get(f"{base}/server_info").json())
+        assert info.version == "0.5.23" and info.max_context_length == 64
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_overflow_inside_sglangs_200_stream_is_an_invalid_response():
+    port = probes.free_port()
+    proc = _standin(port, "--context-length", "32")
+    try:
+        time.sleep(0.6)
+        with pytest.raises(InvalidResponse, match="longer than the model's context length"):
+            client.stream_completion(backends.get("sglang"), f"http://127.0.0.1:{port}", prompt=list(range(40)),
+                                     n_predict=4, stall_timeout_s=5, section="s", index=0, t0=time.monotonic())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- the real CLI through the stand-in ---------------------------------------------------------------
+
+def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context: int = 64) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text('{"stand-in": true}')
+    study = {
+        "backend": "sglang",
+        "model": {"name": "stand-in", "path": str(model), "context_limit": 4096},
+        "server": {"binary": sys.executable,
+                   "command": ["{binary}", STANDIN, "--model-path", "{model}", "--tp", "{tp}", "--context-length",
+                               "{ctx_size}", "--host", "{host}", "--port", "{port}", *extra],
+                   "speculative_args": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
+                                        "{budget}"],
+                   "env": {"SGLANG_DDTREE_MAX_TOPK": "8"}, "gpu": True,
+                   "startup_timeout_s": 30, "stall_timeout_s": 5},
+        "grid": {"budget": list(budgets), "tp": list(tp), "context": [context]},
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": [
+            {"name": "short", "output_tokens": 16, "requests": 2},
+            {"name": "long", "output_tokens": 48, "requests": 1}]},
+        # These tests are about the wire format; the quiet-host guard is tested in test_isolation*.
+        "guard": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def run_name(tmp_path: Path, study: Path, name: str, gpus: str = "0,1,2") -> tuple[int, str]:
+    env = {**os.environ, "SPECSWEEP_GPUS": gpus}
+    out = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", str(study), "--name", name,
+                          "--out", str(tmp_path / "runs" / f"{name}.json"),
+                          "--server-log", str(tmp_path / f"{name}.log"),
+                          "--failures-dir", str(tmp_path / "failures")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
+    return out.returncode, out.stderr
+
+
+@pytest.mark.parametrize("spelling", ["new", "between", "old"])
+def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_path, spelling):
+    study = sglang_study(tmp_path, "--spelling", spelling)
+    code, err = run_name(tmp_path, study, "tp2-b4-ctx64")
+    assert code == 0, err
+    doc = load(tmp_path / "runs" / "tp2-b4-ctx64.json")
+    assert doc["server"]["backend"] == "sglang" and doc["server"]["version"] == "0.5.23"
+    assert doc["server"]["reported"]["tp_size"] == 2
+    assert len(doc["isolation"]["devices"]) == 2 and doc["hardware"]["gpu_count"] == 2
+    log = (tmp_path / "tp2-b4-ctx64.log").read_text()
+    assert f"CUDA_VISIBLE_DEVICES={','.join(doc['isolation']['devices'])}" in log
+    assert "SGLANG_DDTREE_MAX_TOPK=8" in log and doc["server"]["env"]["SGLANG_DDTREE_MAX_TOPK"] == "8"
+    for section, asked in zip(doc["sections"], doc["spec"]["sections"]):
+        records = section["records"]
+        tokens = sum(r["output_tokens"] for r in records)
+        steps = sum(r["verify_steps"] for r in records)
+        assert tokens == section["output_tokens"] == asked["requests"] * doc["spec"]["repeats"] * asked["output_tokens"]
+        # The server's counters agree with its per-request fields, and acceptance comes from the latter.
+        assert section["counters"]["sglang:generation_tokens_total"] == tokens
+        assert section["counters"]["sglang:spec_verify_calls_total"] == steps
+        assert 1.0 < section["acceptance_length"] == pytest.approx(tokens / steps)
+        assert section["acceptance_length"] != pytest.approx(9.99)  # never the lifetime figures
+        assert 0 < section["draft_accepted"] < section["draft_tokens"] == steps * 3
+
+
+def test_sglang_without_speculation_reports_no_acceptance(tmp_path):
+    study = sglang_study(tmp_path, tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    assert code == 0, err
+    for section in load(tmp_path / "runs" / "tp1-b0-ctx64.json")["sections"]:
+        assert section["acceptance_length"] is None and section["draft_tokens"] == 0
+
+
+@pytest.mark.parametrize("fault, code, klass, signature", [
+    ("die-at-request:3", 12, "server-died", "cuda-illegal-instruction"),
+    ("error-at-request:3", 14, "invalid-response", None),
+])
+def test_sglang_faults_become_classified_failures(tmp_path, fault, code, klass, signature):
+    study = sglang_study(tmp_path, "--fault", fault, tp=(1,), budgets=(4,))
+    got, err = run_name(tmp_path, study, "tp1-b4-ctx64")
+    assert got == code, err
+    record = load(next((tmp_path / "failures" / "tp1-b4-ctx64").glob("*.json")))
+    assert record["class"] == klass and record["signature"] == signature
+    assert not (tmp_path / "runs" / "tp1-b4-ctx64.json").exists()
+
+
+def test_a_server_context_smaller_than_the_grid_is_refused_before_measuring(tmp_path):
+    study = sglang_study(tmp_path, "--context-length", "40", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    assert code == 2 and "reports a context of 40 tokens" in err
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+def _dry_run(tmp_path: Path, *extra: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
+                          str(tmp_path), "-n", "-p", "--cores", "8", "results/summary.png", "--resources", "gpu=8",
+                          "--configfile", str(REPO / "config" / "sglang-ddtree.yaml"), *extra],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout + out.stderr
+
+
+def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provisioning(tmp_path):
+    plain = _dry_run(tmp_path)
+    assert re.search(r"run_configuration\s+28\b", plain)
+    assert "--manifests results/provision/prompts-sharegpt.json --out" in plain
+    assert re.findall(r"rule (provision\w+)", plain) == ["provision_prompts"]  # no server or model to provision
+    assert ("# server: SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server "
+            "--model-path /models/Qwen3.6-27B --tp 2") in plain
+    assert re.search(r"resources: .*gpu=2", plain)
+    on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
+    assert re.search(r"run_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
+    assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000-topk4" in on_sm120

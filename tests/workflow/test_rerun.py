@@ -1,0 +1,140 @@
+""""Run the same command again" reruns exactly what has no valid result, through the real Snakemake
+workflow (tests/doubles/fault_server.py as the server, so each run takes seconds): a result refused by
+aggregation, a result of another study dropped into the folder, and a result damaged in place,
+whose history copy survives it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from conftest import FAULT_SERVER, finish, run_workflow
+
+B0, B2 = "tp1-b0-ctx16", "tp1-b2-ctx16"
+
+
+def study(tmp_path: Path, name: str = "rerun") -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"stand-in")
+    return {
+        "study": name,
+        "model": {"path": str(model)},
+        "server": {"binary": sys.executable, "command": ["{binary}", FAULT_SERVER, "--port", "{port}"],
+                   "speculative_args": ["--budget", "{budget}"], "stall_timeout_s": 2},
+        "grid": {"budget": [0, 2], "tp": [1], "context": [16]},
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
+            {"name": "short", "output_tokens": 8, "requests": 2}]},
+    }
+
+
+def measured(workdir: Path, doc: dict) -> tuple[str, dict[str, tuple[bytes, int]]]:
+    """Run the main command; return its output and each result's bytes and mtime."""
+    rc, out = finish(run_workflow(workdir, doc), timeout=300)
+    assert rc == 0, out[-4000:]
+    runs = workdir / "results/runs"
+    return out, {p.stem: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*.json")}
+
+
+def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp_path):
+    doc = study(tmp_path)
+    _, first = measured(tmp_path, doc)
+    figure = tmp_path / "results/summary.png"
+    before = figure.stat().st_mtime_ns
+    victim = tmp_path / "results/runs" / f"{B2}.json"
+    victim.write_text(victim.read_text()[:200])  # cut short, as an interrupted copy or an editor leaves it
+
+    out, second = measured(tmp_path, doc)
+    assert second[B0] == first[B0]  # the valid one is untouched
+    assert second[B2][0] != first[B2][0] and json.loads(second[B2][0])["name"] == B2  # measured again
+    assert f"{B2}.json: unreadable" in out and "removed, so that this run measures them again" in out
+    assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [B2]  # kept, moved aside
+    assert figure.stat().st_mtime_ns > before
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert set(summary["status"]) == {"ok"}
+
+
+def test_a_result_of_another_study_is_measured_again_and_a_hand_run_of_it_is_refused(tmp_path):
+    doc = study(tmp_path / "mine", "mine")
+    _, first = measured(tmp_path / "mine", doc)
+
+    # A hand run of another study, into this study's folder: refused before any server starts.
+    other = study(tmp_path / "other", "other")
+    (tmp_path / "other.yaml").write_text(json.dumps(other))
+    by_hand = [sys.executable, "-m", "specsweep", "run", "--config", str(tmp_path / "other.yaml"), "--name", B2]
+    proc = subprocess.run(by_hand, cwd=tmp_path / "mine", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "results/runs holds results of study 'mine'" in proc.stderr and "of study 'other'" in proc.stderr
+    assert (tmp_path / "mine/results/runs" / f"{B2}.json").read_bytes() == first[B2][0]
+
+    # Made elsewhere and copied in (what a hand run did before it was refused): the next main
+    # command refuses it and measures this study's configuration again.
+    proc = subprocess.run(by_hand, cwd=tmp_path / "other", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    foreign = (tmp_path / "other/results/runs" / f"{B2}.json").read_bytes()
+    (tmp_path / "mine/results/runs" / f"{B2}.json").write_bytes(foreign)
+    out, second = measured(tmp_path / "mine", doc)
+    assert "measured for study 'other', not this study 'mine'" in out
+    assert second[B0] == first[B0]
+    assert json.loads(second[B2][0])["spec"]["study"] == "mine"
+
+
+def test_damage_in_place_cannot_reach_the_history_copy(tmp_path):
+    doc = study(tmp_path)
+    _, first = measured(tmp_path, doc)
+    kept = list((tmp_path / "results/history" / B2).glob("*.json"))
+    assert len(kept) == 1 and kept[0].read_bytes() == first[B2][0]
+    assert not kept[0].stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)  # read-only
+    assert kept[0].stat().st_ino != (tmp_path / "results/runs" / f"{B2}.json").stat().st_ino  # a copy, no link
+    os.truncate(tmp_path / "results/runs" / f"{B2}.json", 100)  # in place, as a tool that rewrites a file does
+
+    _, second = measured(tmp_path, doc)
+    assert kept[0].read_bytes() == first[B2][0]
+    assert hashlib.sha256(kept[0].read_bytes()).hexdigest()[:16] == kept[0].stem  # still what its name says
+    assert second[B0] == first[B0] and json.loads(second[B2][0])["name"] == B2
+    assert len(list((tmp_path / "results/history" / B2).glob("*.json"))) == 2  # the new measurement is kept too
+
+
+def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusions_alone(tmp_path, monkeypatch):
+    """A finished study plans without reading its results (fast at 10,000 configurations); an
+    excluded configuration without a result does not make the summary stale; a missing and a
+    damaged result both do, and both are named."""
+    from factories import result_doc
+    from specsweep import study
+    from specsweep.analysis import aggregate
+    from specsweep.records import store as results
+
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
+                                "exclude": [{"budget": 0, "reason": "left out"}]})
+    _, b2, b4 = study.expand_grid(cfg)  # the excluded one first, without a result
+    runs = tmp_path / "results/runs"
+    for spec in (b2, b4):
+        results.write_json_atomic(runs / f"{spec.name}.json", result_doc(spec))
+    for name in ("summary.csv", "summary.png"):
+        (tmp_path / "results" / name).write_text("made after the results")
+    future = os.stat(runs / f"{b4.name}.json").st_mtime + 10
+    os.utime(tmp_path / "results/summary.csv", (future, future))
+
+    def unread(path):
+        raise AssertionError(f"{path} was read although the summary is newer")
+
+    monkeypatch.setattr(aggregate, "read_result", unread)
+    assert aggregate.refuse_stale(cfg, tmp_path) == []
+    assert (tmp_path / "results/summary.png").exists() and (tmp_path / "results/summary.csv").exists()
+
+    monkeypatch.undo()
+    (runs / f"{b2.name}.json").unlink()  # removed by hand
+    (runs / f"{b4.name}.json").write_text("{")  # damaged after the summary
+    os.utime(runs / f"{b4.name}.json", (future + 5, future + 5))
+    lines = aggregate.refuse_stale(cfg, tmp_path)
+    assert len(lines) == 2 and f"{b4.name}.json: " in lines[0] and "unreadable" in lines[0], lines
+    assert f"({b2.name}, {b4.name}): removed, so that this run measures them again" in lines[1], lines
+    assert not (tmp_path / "results/summary.png").exists() and not (tmp_path / "results/summary.csv").exists()
+    assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [b4.name]

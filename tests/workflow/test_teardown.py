@@ -1,0 +1,78 @@
+"""A test that hangs never leaks what it started into the next: pytest-timeout fails it and the
+conftest kills its processes; a signal that ends pytest itself kills them first."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+TESTS = Path(__file__).resolve().parents[1]
+
+HANGING_TEST = """
+import subprocess, sys, time
+
+def test_hangs():
+    # In a session of its own, as the CLI starts servers: not reached by a group kill.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    open({pidfile!r}, "w").write(str(child.pid))
+    time.sleep(600)
+"""
+
+
+def _inner_pytest(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """pytest on one hanging test, under this suite's conftest."""
+    pidfile = tmp_path / "child.pid"
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(TESTS / "mutation", tmp_path / "mutation", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "test_hang.py").write_text(HANGING_TEST.format(pidfile=str(pidfile)))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                             str(tmp_path / "test_hang.py"), *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    return proc, pidfile
+
+
+def _child(pidfile: Path, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while not (pidfile.exists() and pidfile.read_text()):
+        assert time.monotonic() < deadline, "the hanging test never started its child"
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_test_that_times_out_has_what_it_started_killed(tmp_path):
+    proc, pidfile = _inner_pytest(tmp_path, "--timeout", "3")
+    out, _ = proc.communicate(timeout=120)
+    child = _child(pidfile, timeout=0)
+    try:
+        assert proc.returncode == 1 and "Timeout" in out, out
+        assert _gone(child), out
+        assert "killed 1 process(es) the test left running" in out
+    finally:
+        if not _gone(child):
+            psutil.Process(child).kill()
+
+
+def test_pytest_ended_by_a_signal_kills_what_its_tests_started(tmp_path):
+    proc, pidfile = _inner_pytest(tmp_path, "--timeout", "300")
+    child = _child(pidfile)
+    try:
+        proc.send_signal(signal.SIGTERM)  # as CI, a scheduler or mutmut's timeout ends a run
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM
+        assert _gone(child)
+    finally:
+        if not _gone(child):
+            psutil.Process(child).kill()

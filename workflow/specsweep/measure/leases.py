@@ -1,0 +1,253 @@
+"""One measurement at a time per device: host-wide locks that every specsweep job on a host shares.
+
+A measurement that shares compute with another measures neither. On a host without GPUs the
+whole machine is one device ("host"); on a GPU host each GPU is one, and a job of tensor-parallel
+size tp holds tp of them, handed to its server through CUDA_VISIBLE_DEVICES. The locks are
+flock(2) locks on files in one folder per host (``$SPECSWEEP_LOCK_DIR``, default
+``/tmp/specsweep-locks``), so they hold across ``--cores N`` and across Snakemake invocations in
+different folders, and the kernel releases them when a job dies, however it dies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from specsweep.errors import ConfigError, DeviceBusy, Excluded, PortConflict
+from specsweep.measure import host_facts
+from specsweep.servers import probes
+
+HOST_DEVICE = "host"
+POLL_S = 0.25
+ANNOUNCE_EVERY_S = 60.0
+MIB = 1 << 20
+# A GPU counts as free when NVML shows at most this much memory in use (the driver's own share).
+FREE_MEMORY_MIB = 1024
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("SPECSWEEP_LOCK_DIR") or "/tmp/specsweep-locks")
+
+
+def host_gpus() -> list[str]:
+    """GPU ids of this host: $SPECSWEEP_GPUS if set (an override, and simulated GPUs in tests),
+    else what NVML counts, else none."""
+    override = os.environ.get("SPECSWEEP_GPUS")
+    if override is not None:
+        return [g.strip() for g in override.split(",") if g.strip()]
+    lib = host_facts.nvml()
+    try:
+        return [str(i) for i in range(lib.nvmlDeviceGetCount())] if lib else []
+    except Exception:  # no device NVML can count: a CPU host
+        return []
+
+
+@dataclass
+class Lease:
+    """The devices one job holds until release(); ``waited_s`` is how long it queued for them."""
+
+    devices: tuple[str, ...]
+    waited_s: float = 0.0
+    port: int = 0  # reserved for this job's server: no other job on the host is handed it
+    memory_wait_s: float = 0.0  # how long teardown waited for the GPUs' memory to be released
+    _fds: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices if d != HOST_DEVICE)
+
+    def env(self) -> dict[str, str]:
+        """What the server's environment needs to see exactly its devices."""
+        return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus)} if self.gpus else {}
+
+    def release(self, *, wait: bool = True) -> None:
+        if wait and self._fds and self.gpus:
+            # The next job must find these GPUs as empty as this one did.
+            self.memory_wait_s, _ = await_free_memory(self.gpus, release_timeout_s())
+        for device in self.devices if self._fds else ():
+            try:
+                (lock_dir() / f"{device}.holder").unlink()
+            except OSError:
+                pass
+        for fd in self._fds:
+            os.close(fd)  # closing the descriptor drops the flock
+        self._fds.clear()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def release_timeout_s() -> float:
+    """How long a GPU's memory may take to be freed after teardown ($SPECSWEEP_GPU_RELEASE_TIMEOUT_S)."""
+    return float(os.environ.get("SPECSWEEP_GPU_RELEASE_TIMEOUT_S") or 120)
+
+
+def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool = False,
+            port: int | None = None) -> Lease:
+    """Block until this job holds its devices and a port; say who it waits for while it waits.
+
+    ``gpu``: the server runs on tp GPUs of this host (server.gpu); otherwise it is a CPU
+    measurement and the whole machine is its one device.
+    """
+    candidates, want = _candidates(tp, gpu)
+    folder = lock_dir()
+    _make_shared_dir(folder)
+    t0 = time.monotonic()
+    last_said = None
+    while True:
+        lease = _try_take(folder, candidates, want)
+        if lease is not None:
+            break
+        if last_said is None or time.monotonic() - last_said >= ANNOUNCE_EVERY_S:
+            announce(f"waiting for device(s): {_holders(folder, candidates)}")
+            last_said = time.monotonic()
+        time.sleep(POLL_S)
+    lease.waited_s = time.monotonic() - t0
+    _write_holder(folder, lease.devices, holder)
+    if last_said is not None:
+        announce(f"got device(s) {','.join(lease.devices)} after waiting {lease.waited_s:.1f} s")
+    try:
+        if lease.gpus:
+            _, busy = await_free_memory(lease.gpus, release_timeout_s())
+            if busy:
+                raise DeviceBusy(f"GPU(s) {busy} still have memory in use after {release_timeout_s():g} s, "
+                                 f"by pid(s) {sorted({p for g in lease.gpus for p in host_facts.gpu_pids(g)})}; "
+                                 f"a server of an earlier job may not have exited (see nvidia-smi)")
+        lease.port = _reserve_port(folder, lease, port)
+    except BaseException:
+        lease.release(wait=False)  # nothing of ours ran on them
+        raise
+    return lease
+
+
+def _candidates(tp: int, gpu: bool) -> tuple[list[str], int]:
+    if not gpu:
+        return [HOST_DEVICE], 1
+    gpus = host_gpus()
+    if not gpus:
+        raise ConfigError("server.gpu is true but this host has no GPUs that NVML can see; run on a GPU host, "
+                          "or name the GPUs with SPECSWEEP_GPUS=0,1,...")
+    if tp > len(gpus):
+        raise ConfigError(f"tp {tp} needs {tp} GPUs, this host has {len(gpus)} ({','.join(gpus)}); "
+                          f"exclude the configuration or run it on a larger host")
+    return gpus, tp
+
+
+def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, list[str]]:
+    """Wait until NVML shows each GPU's memory released; (seconds waited, GPUs still busy).
+
+    GPUs NVML cannot read (simulated ids, no NVML) count as free: there is nothing to wait for.
+    """
+    t0 = time.monotonic()
+    while True:
+        busy = [g for g in gpus if (used := host_facts.memory_used(g)) is not None and used > FREE_MEMORY_MIB * MIB]
+        if not busy or time.monotonic() - t0 >= timeout_s:
+            return time.monotonic() - t0, busy
+        time.sleep(POLL_S)
+
+
+def _reserve_port(folder: Path, lease: Lease, port: int | None) -> int:
+    """A port no other job on this host is handed meanwhile: a free one, locked for the lease."""
+    for _ in range(50):
+        candidate = port or probes.free_port()
+        fd = os.open(folder / f"port-{candidate}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if port:
+                raise PortConflict(f"port {port} is reserved by another specsweep job on this host") from None
+            continue
+        lease._fds.append(fd)
+        return candidate
+    raise PortConflict("no free port after 50 tries")
+
+
+def check_exclusions(excluded_on: tuple, hw: dict) -> None:
+    """Refuse to measure where the study excludes this configuration by architecture."""
+    held = {g.get("compute_capability") for g in hw.get("gpus", [])} - {None}
+    for capabilities, reason in excluded_on:
+        hit = held & set(capabilities)
+        if hit:
+            raise Excluded(f"excluded on compute capability {', '.join(sorted(hit))}: {reason}; the plan did not "
+                           f"leave it out because it was made on a host of another kind: plan on this kind of "
+                           f"host, or set hardware.compute_capability in the study")
+
+
+def _try_take(folder: Path, candidates: list[str], want: int) -> Lease | None:
+    """Lock ``want`` free devices without blocking, or none: never hold some while waiting."""
+    taken: list[tuple[str, int]] = []
+    for device in candidates:
+        fd = os.open(folder / f"{device}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        taken.append((device, fd))
+        if len(taken) == want:
+            return Lease(devices=tuple(d for d, _ in taken), _fds=[fd for _, fd in taken])
+    for _, fd in taken:
+        os.close(fd)
+    return None
+
+
+def _make_shared_dir(folder: Path) -> None:
+    """Sticky and world-writable, like /tmp: jobs of every user on the host share the locks."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if folder.stat().st_uid == os.getuid():
+            folder.chmod(0o1777)
+    except OSError as exc:
+        raise ConfigError(f"cannot use the device lock folder {folder}: {exc.strerror}; "
+                          f"set SPECSWEEP_LOCK_DIR to a folder every job on this host can write") from exc
+
+
+def _write_holder(folder: Path, devices: tuple[str, ...], holder: str) -> None:
+    """Who holds a device, for the messages of those who wait (best effort)."""
+    doc = {"holder": holder, "pid": os.getpid(), "cwd": os.getcwd(), "since": time.strftime("%H:%M:%S")}
+    for device in devices:
+        try:
+            (folder / f"{device}.holder").write_text(json.dumps(doc))
+        except OSError:
+            pass
+
+
+def other_measurements() -> set[int]:
+    """Processes of the other measurements that hold devices on this host (a job and its server).
+
+    On a GPU host, jobs on other GPUs run beside this one by design; their CPU use is theirs,
+    not a stranger's, and the quiet-host guard leaves it out.
+    """
+    pids: set[int] = set()
+    for path in lock_dir().glob("*.holder"):
+        try:
+            pid = json.loads(path.read_text())["pid"]
+            if pid == os.getpid():
+                continue
+            proc = psutil.Process(pid)
+            pids |= {pid, *(child.pid for child in proc.children(recursive=True))}
+        except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+            continue  # released meanwhile, or its job died: the kernel dropped its lock
+    return pids
+
+
+def _holders(folder: Path, devices: list[str]) -> str:
+    parts = []
+    for device in devices:
+        try:
+            doc = json.loads((folder / f"{device}.holder").read_text())
+            parts.append(f"{device} held by {doc['holder']} (pid {doc['pid']}, {doc['cwd']}) since {doc['since']}")
+        except (OSError, ValueError, KeyError):
+            parts.append(f"{device} busy")
+    return "; ".join(parts)

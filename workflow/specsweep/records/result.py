@@ -1,0 +1,166 @@
+"""The result document of one configuration: its one owner.
+
+Built by the runner, written and read only through ``Result.to_json`` / ``Result.from_json``,
+validated on the way in, and asked by aggregation for the summary rows it contributes and the
+provenance it must share with the others it is summarised with.
+
+Schema history (``schema_version``):
+  1 - spec, server, model, host, timing, isolation, warmup, prompts, sections with raw records.
+  2 - adds ``provenance`` (code, invocation, study config, environment, packages) and
+      ``hardware``. A version-1 file is migrated on read: both are empty and
+      ``provenance.migrated_from`` says so; it is comparable only with others like it.
+  3 - every request record carries ``prompt_sha256`` (the warmup's in ``warmup.prompt_sha256``),
+      ``prompts`` says where they came from (``set``, ``kind``, ``source``) and whether they were
+      ``reused`` on purpose; a result that re-sent a prompt without saying so is refused. Older
+      files are read with ``prompts.reused`` unknown (None): measured on prompts sent again and
+      again, they are comparable only with others like them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA = "specsweep.result"
+# Of Result.comparability(), what two studies compared with each other (specsweep compare) must
+# share; the rest (study, server version, host class) is what a comparison is for. Within one
+# study's summary every key must be equal.
+ACROSS_STUDIES = ("model",)
+VERSION = 3
+READS = (1, 2, 3)
+
+
+class InvalidResult(ValueError):
+    """A result file that must not be aggregated; the message says why."""
+
+
+@dataclass
+class Result:
+    name: str
+    specsweep_version: str
+    spec: dict
+    server: dict
+    model: dict
+    host: dict
+    started_at: str
+    finished_at: str
+    timing: dict
+    warmup: dict
+    prompts: dict
+    sections: list[dict]
+    isolation: dict | None = None
+    hardware: dict | None = None
+    provenance: dict = field(default_factory=dict)
+
+    # --- JSON ---------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        doc: dict[str, Any] = {"schema": SCHEMA, "schema_version": VERSION}
+        doc.update({f.name: getattr(self, f.name) for f in fields(self)})
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Result:
+        """Validate (and migrate an older version of) a parsed result file."""
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise InvalidResult(f"not a specsweep result (schema={found!r})")
+        version = doc.get("schema_version")
+        if version not in READS:
+            raise InvalidResult(f"result schema version {version}, this specsweep reads {', '.join(map(str, READS))}; "
+                                f"re-run the configuration or use a matching specsweep version")
+        body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
+        if version == 1:
+            body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
+        if version in (1, 2) and isinstance(body.get("prompts"), dict):
+            body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
+        names = {f.name for f in fields(cls)}
+        missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance"))
+        if missing:
+            raise InvalidResult(f"result lacks {', '.join(missing)}")
+        result = cls(**{k: v for k, v in body.items() if k in names})
+        result.validate()
+        return result
+
+    # --- invariants every aggregated number relies on ---------------------------------------
+    def validate(self) -> None:
+        expected = [s["name"] for s in self.spec["sections"]]
+        got = [s.get("name") for s in self.sections]
+        if got != expected:
+            raise InvalidResult(f"sections {got} do not match the spec's {expected}")
+        for spec_section, section in zip(self.spec["sections"], self.sections):
+            _validate_section(spec_section, section, self.spec.get("repeats", 1))
+        if self.prompts.get("reused") is False:
+            self._validate_distinct_prompts()
+
+    def _validate_distinct_prompts(self) -> None:
+        """Every request of the launch (warmup included) sent a prompt no other request sent."""
+        sent = list(self.warmup.get("prompt_sha256") or [])
+        sent += [r.get("prompt_sha256") for s in self.sections for r in s["records"]]
+        if None in sent:
+            raise InvalidResult("a request record carries no prompt_sha256")
+        if len(set(sent)) != len(sent):
+            twice = next(h for h in sent if sent.count(h) > 1)
+            raise InvalidResult(f"prompt {twice[:12]} was sent {sent.count(twice)} times on one server without "
+                                f"workload.reuse_prompts: its later answers may come from the server's caches")
+
+    # --- what aggregation reads ----------------------------------------------------------------
+    def summary_rows(self) -> list[dict]:
+        """One row per section: the columns of results/summary.csv this result fills."""
+        return [{"section": s["name"], **_metrics(s)} for s in self.sections]
+
+    def comparability(self) -> dict[str, str]:
+        """What must be equal for two results to share one summary (as pyperf refuses to mix)."""
+        hw = self.hardware or {}
+        gpus = ",".join(sorted({g.get("name", "?") for g in hw.get("gpus", [])}))
+        return {
+            "study": self.spec.get("study", "?"),
+            "prompts": f"{self.prompts.get('source')}" + {None: " (re-sent, unknown)", True: " (re-sent on purpose)",
+                                                          False: ""}.get(self.prompts.get("reused"), ""),
+            "model": self.model.get("sha256") or self.model.get("hub_id") or self.model.get("path", "?"),
+            "server version": str(self.server.get("version")),
+            "host class": f"{self.host.get('machine')} / {hw.get('cpu_model', '?')} x{hw.get('logical_cores', '?')}"
+                          + (f" / {gpus}" if gpus else ""),
+        }
+
+
+def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:
+    name = section["name"]
+    records = section.get("records") or []
+    expected = spec_section["requests"] * repeats
+    if len(records) != expected or section.get("requests") != expected:
+        raise InvalidResult(f"section {name}: {len(records)} records, {expected} requested")
+    for rec in records:
+        if rec["output_tokens"] != spec_section["output_tokens"]:
+            raise InvalidResult(f"section {name}: a request produced {rec['output_tokens']} tokens")
+    total = sum(r["output_tokens"] for r in records)
+    if section.get("output_tokens") != total or total <= 0:
+        raise InvalidResult(f"section {name}: output_tokens {section.get('output_tokens')} != records' {total}")
+    rate = section.get("output_tok_s")
+    if not (isinstance(rate, (int, float)) and rate > 0 and section.get("wall_s", 0) > 0):
+        raise InvalidResult(f"section {name}: throughput {rate!r} is not a positive number")
+
+
+# The summary's metric columns, declared once: column -> where in a result's section it is read.
+# aggregate.summarize lays the table out in this order, after the key columns.
+METRICS: dict[str, tuple[str, ...]] = {
+    "requests": ("requests",), "repeats": ("repeats",), "output_tokens": ("output_tokens",), "wall_s": ("wall_s",),
+    "output_tok_s": ("output_tok_s",), "output_tok_s_min": ("output_tok_s_min",),
+    "output_tok_s_max": ("output_tok_s_max",), "request_s": ("request_s",),
+    "ttft_p50_s": ("ttft_s", "p50"), "ttft_p90_s": ("ttft_s", "p90"), "ttft_p99_s": ("ttft_s", "p99"),
+    "tpot_p50_s": ("tpot_s", "p50"), "tpot_p99_s": ("tpot_s", "p99"),
+    "itl_p50_s": ("itl_s", "p50"), "itl_p99_s": ("itl_s", "p99"),
+    "e2e_p50_s": ("e2e_s", "p50"), "e2e_p99_s": ("e2e_s", "p99"), "schedule_lag_p99_s": ("schedule_lag_s", "p99"),
+    "decode_tok_s_mean": ("decode_tok_s", "mean"), "decode_tok_s_p50": ("decode_tok_s", "p50"),
+    "decode_tok_s_min": ("decode_tok_s", "min"), "decode_tok_s_max": ("decode_tok_s", "max"),
+    "draft_acceptance_rate": ("draft_acceptance_rate",), "acceptance_length": ("acceptance_length",),
+}
+
+
+def _metrics(section: dict) -> dict:
+    out = {}
+    for column, path in METRICS.items():
+        value = section
+        for key in path:
+            value = value[key]
+        out[column] = value
+    return out

@@ -1,0 +1,156 @@
+"""What every backend says about its server, and the shape of what it reads from one.
+
+A backend is data plus small functions: its default launch template, its health route, how one
+greedy streaming request looks and how its answer counts tokens, how to tokenize, where version
+and limits are reported, how acceptance is read, which log lines mean which failure. The runner,
+client and metrics know only this interface; a new server is one new module and a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import requests
+
+from specsweep.errors import ConfigError, InvalidResponse
+
+if TYPE_CHECKING:  # only for annotations: config imports the backends
+    from specsweep.records.request import RequestRecord
+    from specsweep.spec import RunSpec
+
+CTX_HEADROOM = 16  # tokens of slack above prompt + output + drafts in flight
+
+
+@dataclass(frozen=True)
+class Final:
+    """What the server's own counters say one finished request did."""
+
+    output_tokens: int
+    prompt_tokens: int
+    draft_tokens: int = 0
+    draft_accepted: int = 0
+    verify_steps: int | None = None  # forward passes that verified drafts (SGLang's spec_verify_ct)
+    server_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the running server reports about itself, recorded in every result."""
+
+    version: str = "unknown"
+    max_context: int | None = None  # tokens one request may use (a llama-server slot's context)
+    build_info: str | None = None
+    total_slots: int | None = None
+    detail: dict = field(default_factory=dict)
+
+
+class Backend:
+    """Defaults and wire format of one server. Subclasses set the data and override the functions."""
+
+    name: str = ""
+    source: str = ""  # where these facts were checked, for the reader of a module
+    binary: str = ""  # what {binary} is when the study does not say
+    command: tuple[str, ...] = ()
+    speculative_args: tuple[str, ...] = ()
+    embedded: dict[str, str] = {}  # {"binary"|"model": provisioning target} when "embedded" is offered
+    no_embedded: str = ""  # why a backend offers no embedded server or model, for the refusal
+    model_is_file: bool = False  # llama-server serves one GGUF file; the others load folders or hub ids
+    health_route: str = "/health"
+    health_timeout_s: float = 2.0
+    generate_route: str = ""
+    token_counter: str | None = None  # Prometheus sample of generated tokens, checked per section
+    signatures: tuple[tuple[str, str], ...] = ()  # (label, regex) of this server's own failure lines
+
+    # --- launch -------------------------------------------------------------------------------
+    def ctx_size(self, spec: RunSpec) -> int:
+        """{ctx_size}: room for the longest request plus the drafts in flight."""
+        return spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM
+
+    # --- one request --------------------------------------------------------------------------
+    def request_body(self, prompt: list[int], n_predict: int) -> dict:
+        raise NotImplementedError
+
+    def tokens_so_far(self, event: dict) -> int | None:
+        """The server's running count of generated tokens in a stream event, if it carries one."""
+        raise NotImplementedError
+
+    def is_final(self, event: dict) -> bool:
+        raise NotImplementedError
+
+    def final(self, event: dict, *, n_predict: int, prompt_len: int) -> Final:
+        """Validate the final event against the request; raise InvalidResponse if it disagrees."""
+        raise NotImplementedError
+
+    # --- prompts, facts -----------------------------------------------------------------------
+    def tokenize(self, base_url: str, text: str, *, headers: dict[str, str] | None = None) -> list[int]:
+        """Token ids of a text as the server counts them (OpenAI-style /tokenize by default)."""
+        doc = post_json(f"{base_url}/tokenize", {"prompt": text, "add_special_tokens": False}, headers=headers)
+        return token_list(doc.get("tokens"), "/tokenize")
+
+    def facts(self, base_url: str, spec: RunSpec, *, headers: dict[str, str] | None = None) -> Facts:
+        return Facts()
+
+    def check_context(self, spec: RunSpec, facts: Facts) -> None:
+        """The running server must give one request room for the longest prompt + output."""
+        need = spec.context + spec.max_output_tokens
+        if facts.max_context is not None and facts.max_context < need:
+            raise ConfigError(
+                f"{self.name} reports a context of {facts.max_context} tokens per request, the longest "
+                f"request needs {need}; raise {{ctx_size}}'s flag in server.command or lower grid.context"
+            )
+
+    # --- a section's speculation -------------------------------------------------------------
+    def drafts(self, records: list[RequestRecord], delta: dict[str, float]) -> tuple[int, int]:
+        """(draft tokens proposed, accepted) over a section; per request by default."""
+        return sum(r.draft_tokens for r in records), sum(r.draft_accepted for r in records)
+
+    def acceptance_length(self, records: list[RequestRecord], delta: dict[str, float]) -> float | None:
+        """Mean tokens per verification step over this section alone; None without speculation."""
+        raise NotImplementedError
+
+
+def counters_acceptance(delta: dict[str, float], drafts: str, accepted: str) -> float | None:
+    """1 + accepted / drafts from counter deltas around one section (never a lifetime average)."""
+    n = delta.get(drafts, 0.0)
+    return 1.0 + delta.get(accepted, 0.0) / n if n > 0 else None
+
+
+def post_json(url: str, body: dict, *, headers: dict[str, str] | None, timeout: float = 30.0) -> dict:
+    resp = requests.post(url, json=body, timeout=timeout, headers=headers)
+    if resp.status_code != 200:
+        raise InvalidResponse(f"HTTP {resp.status_code} from {url.split('/', 3)[-1]}: {resp.text[:200]}")
+    try:
+        doc = resp.json()
+    except ValueError as exc:
+        raise InvalidResponse(f"{url}: answer is not JSON: {resp.text[:200]!r}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidResponse(f"{url}: answer is not a JSON object")
+    return doc
+
+
+def get_json(url: str, *, headers: dict[str, str] | None, timeout: float = 5.0) -> dict:
+    """A JSON object from a GET, or {} when the route is missing or says something else."""
+    try:
+        resp = requests.get(url, timeout=timeout, headers=headers)
+        doc = resp.json() if resp.status_code == 200 else {}
+    except (requests.RequestException, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def token_list(tokens, where: str) -> list[int]:
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) for t in tokens):
+        raise InvalidResponse(f"{where} returned no list of token ids")
+    return tokens
+
+
+def check_counts(server: str, *, produced, n_predict: int, evaluated, prompt_len: int, why: str = "") -> None:
+    """The server must report exactly the requested work: every output token, every prompt token."""
+    if not isinstance(produced, int):
+        raise InvalidResponse(f"{server}: final event has no integer count of generated tokens")
+    if produced != n_predict:
+        raise InvalidResponse(f"server generated {produced} tokens, {n_predict} were requested with ignore_eos"
+                              + (f" ({why})" if why else ""))
+    if evaluated is not None and evaluated != prompt_len:
+        raise InvalidResponse(f"server evaluated {evaluated} prompt tokens, {prompt_len} were sent")

@@ -1,0 +1,90 @@
+"""SGLang (and its DDTree forks): ``python -m sglang.launch_server``.
+
+Checked against the sglang 0.5.23 wheel: ``sglang/api/v1/api_types.py`` (GenerateRequest,
+SamplingParams, GenerateResponse, GenerateMetaInfo, GetServerInfoResponse: the schema the server
+validates against), ``sglang/srt/entrypoints/http_server.py`` (routes), and
+``sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``). The traps:
+
+- ``/health`` runs a one-token generation (``log_metrics=False``: not in the counters) and answers
+  only after at least one second, so its probe needs a long timeout.
+- ``meta_info`` carries a running ``completion_tokens``; the speculation fields come on the final
+  chunk only and were renamed twice: ``spec_num_correct_drafts``/``spec_num_proposed_drafts``
+  (0.5.x), ``spec_accepted_drafts``/``spec_proposed_drafts``, ``spec_accept_token_num``/
+  ``spec_draft_token_num`` (older). All spellings are read.
+- Acceptance length of a section is sum(completion_tokens) / sum(spec_verify_ct) over its own
+  requests; ``avg_spec_accept_length`` in ``/server_info`` and the ``sglang:spec_accept_length``
+  gauge are lifetime or last-window values, useless per section. ``spec_accept_rate`` is wrong
+  for tree methods (proposed = verify_ct x (draft tokens - 1)).
+- Errors can arrive inside an HTTP 200 stream as ``data: {"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+from specsweep.errors import InvalidResponse
+from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, get_json
+
+# (accepted, proposed) draft-token fields of meta_info, newest spelling first.
+DRAFT_FIELDS = (
+    ("spec_num_correct_drafts", "spec_num_proposed_drafts"),
+    ("spec_accepted_drafts", "spec_proposed_drafts"),
+    ("spec_accept_token_num", "spec_draft_token_num"),
+)
+
+
+class SGLang(Backend):
+    name = "sglang"
+    no_embedded = "SGLang needs CUDA: there is nothing to provision on a CPU machine"
+    source = ("sglang 0.5.23: sglang/api/v1/api_types.py, srt/entrypoints/http_server.py, "
+              "srt/managers/tokenizer_manager.py")
+    binary = "python3"
+    command = ("{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp", "{tp}",
+               "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--enable-metrics")
+    # Upstream's n-gram speculation; a DDTree fork's flags go in the study (config/sglang-ddtree.yaml).
+    speculative_args = ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{budget}")
+    health_timeout_s = 30.0  # SGLANG_HEALTH_CHECK_TIMEOUT is 20 s; the answer takes at least 1 s
+    generate_route = "/generate"
+    token_counter = "sglang:generation_tokens_total"
+    signatures = (("scheduler-died", r"Scheduler hit an exception|Rank \d+ scheduler is dead|subprocess.*is dead"),)
+
+    def request_body(self, prompt: list[int], n_predict: int) -> dict:
+        return {"input_ids": prompt, "stream": True,
+                "sampling_params": {"max_new_tokens": n_predict, "temperature": 0.0, "ignore_eos": True}}
+
+    def tokens_so_far(self, event: dict) -> int | None:
+        done = (event.get("meta_info") or {}).get("completion_tokens")
+        return done if isinstance(done, int) else None
+
+    def is_final(self, event: dict) -> bool:
+        return (event.get("meta_info") or {}).get("finish_reason") is not None
+
+    def final(self, event: dict, *, n_predict: int, prompt_len: int) -> Final:
+        meta = event.get("meta_info") or {}
+        reason = meta.get("finish_reason") or {}
+        if reason.get("type") == "abort":
+            raise InvalidResponse(f"sglang aborted the request: {reason.get('message') or reason}")
+        check_counts(self.name, produced=meta.get("completion_tokens"), n_predict=n_predict,
+                     evaluated=meta.get("prompt_tokens"), prompt_len=prompt_len, why=f"finish_reason={reason}")
+        accepted, proposed = next(((meta[a], meta[p]) for a, p in DRAFT_FIELDS if a in meta and p in meta), (0, 0))
+        verify = meta.get("spec_verify_ct")
+        # No server-side decode rate: e2e_latency includes the prefill, so it is not one.
+        return Final(output_tokens=meta["completion_tokens"], prompt_tokens=prompt_len, draft_tokens=int(proposed),
+                     draft_accepted=int(accepted), verify_steps=int(verify) if isinstance(verify, int) else None)
+
+    def facts(self, base_url: str, spec, *, headers=None) -> Facts:
+        info = get_json(f"{base_url}/server_info", headers=headers) or get_json(
+            f"{base_url}/get_server_info", headers=headers)  # before the rename
+        context = info.get("max_context_length") or info.get("context_length")
+        keep = ("tp_size", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_draft_model_path",
+                "speculative_ddtree_budget", "max_total_num_tokens", "mem_fraction_static", "cuda_graph_max_bs")
+        return Facts(version=str(info.get("version") or "unknown"),
+                     max_context=context if isinstance(context, int) else None,
+                     detail={k: info[k] for k in keep if k in info})
+
+    def acceptance_length(self, records, delta) -> float | None:
+        steps = [r for r in records if r.verify_steps]
+        if not steps:
+            return None
+        return sum(r.output_tokens for r in steps) / sum(r.verify_steps for r in steps)
+
+
+BACKEND = SGLang()

@@ -1,0 +1,40 @@
+"""The launch command of one configuration: the study's template with every placeholder filled.
+
+Shared by the runner (the real launch), the plan (`snakemake -n -p` shows it) and the tests'
+golden commands, so all three render it the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specsweep.servers import backends, probes, templates
+
+if TYPE_CHECKING:
+    from specsweep.spec import RunSpec
+
+
+def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> dict:
+    """What each placeholder of the launch template becomes for this configuration.
+
+    ``scratch``: a folder of this job's own, removed after teardown (TMPDIR, caches).
+    """
+    return {
+        **spec.axes,  # the study's own axes (their names never clash with the built-in ones: config.check_axes)
+        "api_key": key or "", "scratch": scratch,
+        "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port,
+        "ctx_size": backends.get(spec.backend).ctx_size(spec),
+        "slots": spec.slots, "threads": spec.threads, "tp": spec.tp, "budget": spec.budget,
+    }
+
+
+def server_argv(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>") -> list[str]:
+    """The launch command: the template with placeholders filled, plus speculation flags."""
+    template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
+    return templates.render(template, render_values(spec, port, key, scratch))
+
+
+def server_env(spec: RunSpec, port: int | str, scratch: str = "<scratch>") -> dict[str, str]:
+    """The study's extra environment for the server (server.env), placeholders filled."""
+    values = render_values(spec, port, scratch=scratch)
+    return dict(zip(spec.env, templates.render(list(spec.env.values()), values)))

@@ -1,0 +1,137 @@
+"""The spec of one configuration: everything that defines its measurement, and its name.
+
+The bottom of the package with ``errors`` and ``axes``: the study layer makes specs, the servers
+render them into launch commands, the measurement runs them, the records keep them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+
+from specsweep import axes as grid_axes
+from specsweep.errors import ConfigError
+
+EMBEDDED = "embedded"  # a server binary or model path the pipeline provisions
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    output_tokens: int
+    requests: int
+    concurrency: int = 1
+    request_rate: float | None = None  # requests/s of a seeded Poisson schedule; None = closed loop
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines the measurement of one grid point."""
+
+    study: str
+    backend: str
+    model_name: str
+    model_path: str
+    context_limit: int
+    binary: str
+    command: tuple[str, ...]
+    speculative_args: tuple[str, ...]
+    threads: int
+    startup_timeout_s: float
+    stall_timeout_s: float
+    budget: int
+    tp: int
+    context: int
+    seed: int
+    warmup_requests: int
+    warmup_output_tokens: int
+    max_schedule_lag_s: float = 0.05
+    prompts_file: str | None = None
+    repeats: int = 1
+    sections: tuple[Section, ...] = field(default_factory=tuple)
+    api_key_env: str | None = None  # environment variable holding the server's API key
+    allow_remote_bind: bool = False
+    gpu: bool = False  # the server runs on tp GPUs of its host
+    env: dict = field(default_factory=dict)  # extra environment of the server (server.env)
+    # ((compute capabilities), reason) of the exclusion rules that name an architecture and
+    # match this configuration's axes: the job refuses to run on such GPUs.
+    excluded_on: tuple = ()
+    prompt_set: str | None = None  # the provisioned prompt set (prompt_sets.SETS) when no prompts_file
+    prompt_pins: dict = field(default_factory=dict)  # its wheel: {"version", "sha256"}
+    reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
+    axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
+
+    @property
+    def values(self) -> dict:
+        """{axis: value} of this configuration: tp, budget, context, then the study's own axes."""
+        return {"tp": self.tp, "budget": self.budget, "context": self.context, **self.axes}
+
+    @property
+    def name(self) -> str:
+        return grid_axes.run_name(self.values)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return max([s.output_tokens for s in self.sections] + [self.warmup_output_tokens])
+
+    @property
+    def prompts_needed(self) -> int:
+        """Prompts one server launch sends: warmup, and every section's requests in every repeat."""
+        if self.reuse_prompts:
+            return self.warmup_requests + max(s.requests for s in self.sections)
+        return self.warmup_requests + self.repeats * sum(s.requests for s in self.sections)
+
+    @property
+    def slots(self) -> int:
+        return max(s.concurrency for s in self.sections)
+
+    def check_fits(self) -> None:
+        """Prompt + longest output must fit the model's context; the message names the fix."""
+        need = self.context + self.max_output_tokens
+        if need > self.context_limit:
+            raise ConfigError(
+                f"context {self.context} + longest output {self.max_output_tokens} = {need} tokens exceeds "
+                f"model.context_limit {self.context_limit}; lower grid.context or the sections' "
+                f"output_tokens, or raise model.context_limit if the model allows it"
+            )
+
+    def to_json(self) -> str:
+        # Shallow by hand: dataclasses.asdict deep-copies every value and costs a large grid's
+        # dry run seconds (one call per job).
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc["command"], doc["speculative_args"] = list(self.command), list(self.speculative_args)
+        doc["sections"] = [vars(s).copy() for s in self.sections]
+        doc["excluded_on"] = [[list(caps), reason] for caps, reason in self.excluded_on]
+        doc["env"] = dict(self.env)
+        doc["prompt_pins"] = dict(self.prompt_pins)
+        doc["axes"] = dict(self.axes)
+        # Fields added after the first release are left out at their defaults, so that
+        # upgrading specsweep never changes a finished configuration's params (and reruns it).
+        for name, default in _LATER_FIELDS.items():
+            if doc[name] == default:
+                del doc[name]
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSpec:
+        try:
+            sections = tuple(Section(**s) for s in data["sections"])
+            fields = {k: v for k, v in data.items() if k != "sections"}
+            fields["command"] = tuple(fields["command"])
+            fields["speculative_args"] = tuple(fields["speculative_args"])
+            fields["excluded_on"] = tuple((tuple(c), r) for c, r in fields.get("excluded_on", ()))
+            return cls(**fields, sections=sections)
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
+
+    def resolved(self, *, binary: str | None = None, model_path: str | None = None) -> RunSpec:
+        """This spec with the 'embedded' placeholders replaced by provisioned paths."""
+        return replace(
+            self,
+            binary=binary if self.binary == EMBEDDED and binary else self.binary,
+            model_path=model_path if self.model_path == EMBEDDED and model_path else self.model_path,
+        )
+
+
+_LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
+                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {}}

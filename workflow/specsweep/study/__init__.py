@@ -1,0 +1,21 @@
+"""A study: its file loaded and checked (loading), its grid of configurations (grid), and the
+prompts its workload sends (prompts, prompt_sets).
+
+The names below are the study's face for the rules and the command line: ``from specsweep
+import study`` then ``study.load_study(path)``, ``study.expand_grid(config)``.
+"""
+
+from specsweep.spec import EMBEDDED, RunSpec, Section
+from specsweep.study.grid import expand_grid, find_spec, make_spec
+from specsweep.study.loading import (
+                                     check_local_paths,
+                                     load_study,
+                                     model_path_problem,
+                                     provisioned,
+                                     schema_path,
+                                     shown_command,
+                                     validate_study,
+)
+
+__all__ = ["EMBEDDED", "RunSpec", "Section", "check_local_paths", "expand_grid", "find_spec", "load_study",
+           "make_spec", "model_path_problem", "provisioned", "schema_path", "shown_command", "validate_study"]

@@ -1,0 +1,83 @@
+"""The grid: every configuration of a study as a RunSpec, in a stable order, and by name."""
+
+from __future__ import annotations
+
+from specsweep import axes as grid_axes
+from specsweep.errors import ConfigError
+from specsweep.spec import RunSpec, Section
+from specsweep.study import prompt_sets
+
+
+def expand_grid(config: dict) -> list[RunSpec]:
+    """One RunSpec per grid point (every combination of every axis), in a stable order."""
+    out = []
+    for point in grid_axes.points(config["grid"]):
+        tp, budget, context = (point.pop(a) for a in grid_axes.BUILTIN)
+        out.append(make_spec(config, tp=tp, budget=budget, context=context, own=point))
+    return out
+
+
+def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | None = None) -> RunSpec:
+    server, model, workload = config["server"], config["model"], config["workload"]
+    return RunSpec(
+        study=config["study"],
+        backend=config["backend"],
+        model_name=model["name"],
+        model_path=model["path"],
+        context_limit=model["context_limit"],
+        binary=server["binary"],
+        command=tuple(server["command"]),
+        # Budget 0 never uses them: leaving them out keeps the baseline's params (and so its
+        # result) untouched when only the speculation flags change.
+        speculative_args=tuple(server["speculative_args"]) if budget > 0 else (),
+        threads=server["threads"],
+        startup_timeout_s=float(server["startup_timeout_s"]),
+        stall_timeout_s=float(server["stall_timeout_s"]),
+        budget=int(budget),
+        tp=int(tp),
+        context=int(context),
+        seed=workload["seed"],
+        warmup_requests=workload["warmup_requests"],
+        warmup_output_tokens=workload["warmup_output_tokens"],
+        max_schedule_lag_s=float(workload["max_schedule_lag_s"]),
+        prompts_file=workload["prompts_file"],
+        prompt_set=None if workload["prompts_file"] else workload["prompt_set"],
+        prompt_pins={} if workload["prompts_file"] else prompt_sets.pins(config, workload["prompt_set"]),
+        reuse_prompts=workload["reuse_prompts"],
+        repeats=workload["repeats"],
+        sections=tuple(Section(**s) for s in workload["sections"]),
+        api_key_env=server["api_key_env"],
+        allow_remote_bind=server["allow_remote_bind"],
+        gpu=server["gpu"],
+        env=dict(server["env"]),
+        axes=dict(own or {}),
+        excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context, **(own or {})),
+    )
+
+
+def architecture_exclusions(config: dict, **values) -> tuple:
+    """((capabilities), reason) of the exclude rules that name an architecture and match these axes."""
+    out = []
+    for rule in config["exclude"]:
+        caps = rule.get("compute_capability")
+        if caps is not None and grid_axes.rule_matches(rule, values):
+            out.append((tuple(caps) if isinstance(caps, list) else (caps,), rule["reason"]))
+    return tuple(out)
+
+
+def find_spec(config: dict, name: str) -> RunSpec:
+    """The spec whose name is ``name``; the error lists the names that exist."""
+    specs = {s.name: s for s in expand_grid(config)}
+    if name not in specs:
+        raise ConfigError(f"no configuration named {name!r} in the grid; known: {', '.join(specs)}")
+    return specs[name]
+
+
+def check_unique_names(specs: list[RunSpec]) -> None:
+    """Two grid points must not share a result file (axis values like 1 and "1" would)."""
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigError(f"grid points {seen[spec.name].values} and {spec.values} share the name {spec.name}; "
+                              f"give the axes values that read differently")
+        seen[spec.name] = spec

@@ -1,0 +1,258 @@
+"""Loading a study: the schema with its defaults, and every check it cannot express.
+
+Each check runs when a study is planned (`snakemake -n`, `specsweep grid`), so a mistake stops
+in a second with one line that names the key and the fix, before any server starts.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from specsweep import axes as grid_axes
+from specsweep.errors import ConfigError
+from specsweep.records import paths
+from specsweep.servers import backends, templates
+from specsweep.servers.launch import server_argv, server_env
+from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.study.grid import check_unique_names, expand_grid
+from specsweep.study.prompts import not_utf8, read_prompts_file
+
+
+def schema_path() -> Path:
+    """The JSON schema shared by the Snakefile and the CLI."""
+    return Path(str(resources.files("specsweep.schemas").joinpath("config.schema.yaml")))
+
+
+def validate_study(config: dict) -> dict:
+    """Validate against the schema and fill in defaults (in place); return the config."""
+    from snakemake.utils import validate  # the same validator the Snakefile uses
+
+    try:
+        validate(config, str(schema_path()), set_default=True)
+    except Exception as exc:  # snakemake wraps jsonschema's error in a WorkflowError
+        raise ConfigError(f"invalid study configuration: {_schema_message(exc)}") from exc
+    apply_backend_defaults(config)
+    check_study(config)
+    return config
+
+
+def apply_backend_defaults(config: dict) -> None:
+    """Fill server.binary, command and speculative_args left null with the backend's own (in place)."""
+    backend, server = backends.get(config["backend"]), config["server"]
+    for key in ("binary", "command", "speculative_args"):
+        if server.get(key) is None:
+            default = getattr(backend, key)
+            server[key] = list(default) if isinstance(default, tuple) else default
+    wanted = {"binary": server["binary"], "model": config["model"]["path"]}
+    missing = [what for what, value in wanted.items() if value == EMBEDDED and what not in backend.embedded]
+    if missing:
+        raise ConfigError(f"backend {backend.name} has no embedded {' or '.join(missing)}"
+                          f"{f' ({backend.no_embedded})' if backend.no_embedded else ''}: set server.binary to the "
+                          f"server's executable or the Python of its install, and model.path to a model file, folder "
+                          f"or hub id")
+
+
+def load_study(path: str | Path) -> dict:
+    """Read a study YAML file, validate it and fill in defaults."""
+    try:
+        config = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read study config {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study config {path} is not UTF-8 text ({not_utf8(exc)}); save it as UTF-8") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"study config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"study config {path} must be a mapping of keys (study:, grid:, server:, ...), not a "
+            f"{type(config).__name__}; see config/config.yaml for the shape"
+        )
+    return validate_study(config)
+
+
+def check_study(config: dict) -> None:
+    """Checks JSON schema cannot express; each message names the numbers and the fix."""
+    names = [s["name"] for s in config["workload"]["sections"]]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"workload.sections: section names must be unique, got {names}")
+    server, own = config["server"], tuple(grid_axes.own(config["grid"]))
+    check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
+                  allow_remote_bind=server["allow_remote_bind"], axes=own)
+    check_env(server["env"], own)
+    check_axes(config)
+    specs = expand_grid(config)
+    check_unique_names(specs)
+    for spec in specs:
+        spec.check_fits()
+    if not templates.uses(server["speculative_args"], "budget") and any(b > 0 for b in config["grid"]["budget"]):
+        raise ConfigError(
+            "server.speculative_args has no {budget} placeholder, so every budget above 0 "
+            "would launch the same server; add the draft-length flag with {budget}"
+        )
+    if len(config["grid"]["tp"]) > 1 and not templates.uses(server["command"] + server["speculative_args"], "tp"):
+        raise ConfigError(
+            f"grid.tp has {len(config['grid']['tp'])} values but server.command has no {{tp}} placeholder, "
+            "so every tp would launch the same server; pass it to the server's tensor-parallel flag, "
+            "e.g. --tp {tp}"
+        )
+    if config["workload"]["prompts_file"]:
+        check_prompts_file(config["workload"]["prompts_file"], specs)
+
+
+def check_axes(config: dict) -> None:
+    """The study's own axes: names free to use, each reaching the server, exclusions and facets naming axes."""
+    grid, server = config["grid"], config["server"]
+    used = server["command"] + server["speculative_args"] + list(server["env"].values())
+    for axis in grid_axes.own(grid):
+        if axis in templates.PLACEHOLDERS:
+            raise ConfigError(f"grid.{axis}: {axis} is a placeholder specsweep fills itself; name the axis otherwise "
+                              f"(reserved: {', '.join(templates.PLACEHOLDERS)})")
+        if not templates.uses(used, axis):
+            raise ConfigError(f"grid.{axis} reaches no server: no {{{axis}}} in server.command, "
+                              f"server.speculative_args or server.env, so every value would launch the same "
+                              f"server; pass it with {{{axis}}} (a flag's value, or an environment variable)")
+    known = grid_axes.names(grid)
+    for number, rule in enumerate(config["exclude"]):
+        for key in rule:
+            if key not in known and key not in ("compute_capability", "reason"):
+                raise ConfigError(f"exclude[{number}]: {key} is not an axis of the grid (axes: {', '.join(known)}); "
+                                  f"name an axis, or add grid.{key}")
+    facets = config["plot"]
+    for role in ("x", "line", "column"):
+        if facets.get(role) is not None and facets[role] not in known:
+            raise ConfigError(f"plot.{role}: {facets[role]} is not an axis of the grid (axes: {', '.join(known)})")
+    chosen = [v for v in facets.values() if v is not None]
+    if len(set(chosen)) != len(chosen):
+        raise ConfigError(f"plot: x, line and column must be different axes, got {facets}")
+
+
+def check_local_paths(config: dict) -> None:
+    """What the study names on this machine exists: checked when a study is planned, so that a typo
+    in a path fails in a second, not after the configurations before it were measured.
+
+    Not part of validate_study: a study archived and rebuilt elsewhere is read without them.
+    """
+    import os
+    import shutil
+
+    backend, binary, model = backends.get(config["backend"]), config["server"]["binary"], config["model"]["path"]
+    if binary != EMBEDDED:
+        found = binary if os.sep in binary else shutil.which(binary)
+        if found is None or not Path(found).expanduser().is_file():
+            raise ConfigError(f"server.binary {binary} {'does not exist' if os.sep in binary else 'is not on PATH'}; "
+                              f"name the server's executable (or the Python that has it) as installed here, or "
+                              f"'embedded' where the backend has one")
+        if not os.access(Path(found).expanduser(), os.X_OK):
+            raise ConfigError(f"server.binary {binary} is not executable; chmod +x it or name the right file")
+    if model != EMBEDDED and (problem := model_path_problem(backend, model)):
+        raise ConfigError(f"model.path: {problem}")
+    baseline = (config.get("compare") or {}).get("baseline")
+    if baseline and not Path(baseline).expanduser().exists():
+        raise ConfigError(f"compare.baseline {baseline} does not exist; give the results folder (or .tar.gz of one) "
+                          f"of the study to compare against")
+
+
+def model_path_problem(backend, model: str) -> str | None:
+    """Why a backend cannot load this model path here, or None (a hub id is the server's to resolve)."""
+    path = Path(model).expanduser()
+    if backend.model_is_file and not path.is_file():
+        return f"model file {model} does not exist ({backend.name} serves one GGUF file)"
+    if not backend.model_is_file and model.startswith(("/", ".", "~")) and not path.exists():
+        return (f"model path {model} does not exist; give an existing folder or file, or a hub id (org/name) that "
+                f"{backend.name} resolves itself")
+    return None
+
+
+def check_spec_command(spec: RunSpec) -> None:
+    """Template mistakes that would otherwise surface only after a launch (a spec given by hand)."""
+    check_command(list(spec.command), list(spec.speculative_args), api_key_env=spec.api_key_env,
+                  allow_remote_bind=spec.allow_remote_bind, axes=tuple(spec.axes))
+
+
+def check_command(template: list[str], speculative_args: list[str], *, api_key_env: str | None,
+                  allow_remote_bind: bool, axes: tuple[str, ...] = ()) -> None:
+    """Placeholders, {port}, secrets and the bind address of a launch template."""
+    for key, args in (("server.command", template), ("server.speculative_args", speculative_args)):
+        templates.check_template(key, args, axes)
+        templates.check_no_literal_secret(key, args)
+        templates.check_bind(key, args, allowed=allow_remote_bind)
+    if not templates.uses(template, "port"):
+        raise ConfigError(
+            "server.command has no {port} placeholder: specsweep picks a free port per run and "
+            "would wait for a server that listens elsewhere; add the port flag, e.g. --port {port}"
+        )
+    if templates.uses(template + speculative_args, "api_key") and not api_key_env:
+        raise ConfigError(
+            "server.command uses {api_key} but server.api_key_env is not set; name the environment "
+            "variable that holds the key, e.g. api_key_env: SERVER_API_KEY"
+        )
+
+
+def check_env(env: dict[str, str], axes: tuple[str, ...] = ()) -> None:
+    """server.env: known placeholders only, and no secret written into the study."""
+    templates.check_template("server.env", list(env.values()), axes)
+    for name, value in env.items():
+        if templates.is_secret_name(name) and value and not templates.placeholders(value):
+            raise ConfigError(f"server.env: {name} is given a literal value; keep secrets out of the study: export "
+                              f"{name} in the environment that runs specsweep instead (the server inherits it)")
+
+
+def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
+    """The prompts file exists, parses, and no prompt that will be used is surely too short.
+
+    The exact token count needs the server's tokenizer (checked again at run time); here a
+    prompt with fewer UTF-8 bytes than the context, plus one, cannot reach it with any tokenizer
+    whose tokens each cover at least one byte.
+    """
+    texts = read_prompts_file(path)
+    for spec in specs:
+        if len(texts) < spec.prompts_needed:
+            raise ConfigError(
+                f"workload.prompts_file {path} holds {len(texts)} prompts, and each configuration sends "
+                f"{spec.prompts_needed} that its server has not seen (warmup {spec.warmup_requests}, then "
+                f"{sum(s.requests for s in spec.sections)} requests a repeat x {spec.repeats} repeats); add prompts, "
+                f"send fewer, or set workload.reuse_prompts: true to measure caching on purpose")
+        used = spec.prompts_needed
+        for number, text in enumerate(texts[:used], 1):
+            if len(text.encode()) + 1 < spec.context:
+                raise ConfigError(
+                    f"workload.prompts_file {path}: prompt {number} has {len(text.encode())} bytes, fewer "
+                    f"than the {spec.context} tokens grid.context asks for; use longer prompts or a "
+                    f"smaller grid.context"
+                )
+
+
+def _schema_message(exc: Exception) -> str:
+    """'grid.budget[0]: -1 is less than the minimum of 0 (...)' from a validation error."""
+    cause = exc.__context__ if hasattr(exc.__context__, "absolute_path") else exc
+    if not hasattr(cause, "absolute_path"):
+        return str(exc).strip().splitlines()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in cause.absolute_path).lstrip(".")
+    return f"{where or 'top level'}: {cause.message} (see config/README.md for every key)"
+
+
+def provisioned(config: dict) -> dict[str, str]:
+    """{"binary"|"model"|"prompts": manifest path} of what the study leaves to the pipeline: the
+    embedded server and model, and the prompt set unless the study brings its own prompts file."""
+    backend = backends.get(config["backend"])
+    wanted = {"binary": config["server"]["binary"], "model": config["model"]["path"]}
+    out = {}
+    if not config["workload"]["prompts_file"]:
+        out["prompts"] = str(paths.manifest(f"prompts-{config['workload']['prompt_set']}"))
+    for what, value in wanted.items():
+        if value == EMBEDDED:
+            out[what] = str(paths.manifest(backend.embedded[what]))
+    return out
+
+
+def shown_command(spec: RunSpec) -> str:
+    """The launch command as a plan shows it: rendered, with what is known only at run time named."""
+    import shlex
+
+    shown = spec.resolved(binary=f"<embedded {spec.backend}>", model_path="<embedded model>")
+    argv = server_argv(shown, "<port>", f"<key from ${spec.api_key_env}>")
+    env = [f"{k}={v}" for k, v in templates.redact_env(server_env(shown, "<port>")).items()]
+    return shlex.join(env + argv)

@@ -1,17 +1,22 @@
-"""The quiet-host guard's figures: cores used by the rest of the machine per section, on a quiet
-host and beside a CPU hog, with the real llama-server and the real CLI.
+"""The quiet-host guard's figures with the real llama-server and the real CLI, on three hosts: quiet;
+beside a CPU hog free to run anywhere; beside a hog pinned to one core while the server is pinned
+to the other (taskset, one server thread).
 
-    python benchmarks/quiet_host.py [--runs 3] [--loaded-runs 1]
+    python benchmarks/quiet_host.py [--runs 2] [--loaded-runs 1]
 
-Prints, per run and section, `host_load.cores` (what the guard compares with
-guard.max_foreign_cores) and the spread of the repeats, then the verdicts. The guard is set out of
-the way here (max_foreign_cores 100) so that every figure is measured, never cut short.
+Prints, per run and section, what the others used (`cores`), what the server waited for a CPU
+(`waited`, cores-worth, from its threads' schedstat), what the guard compares with
+guard.max_foreign_cores (`took`: the smaller of the others' load on the server's CPUs and the
+server's waiting), the host's CPU pressure (PSI "some" share) and the throughput, then the
+verdicts. The guard is set out of the way here (max_foreign_cores 100) so that every figure is
+measured, never cut short.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,10 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 HOG = "import time\nend = time.time() + 300\nwhile time.time() < end:\n    pass\n"
 
 
-def study(binary: str, model: str) -> dict:
+def study(binary: str, model: str, pinned: int | None = None) -> dict:
     doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0], "tp": [1], "context": [128]}
+    if pinned is not None:
+        doc["server"]["threads"] = 1
+        doc["server"]["command"] = ["taskset", "-c", str(pinned), *doc["server"]["command"]]
     return doc
 
 
@@ -38,7 +46,7 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
     proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--out", str(out),
                            "--server-log", str(folder / "server.log"), "--failures-dir", str(folder / "failures"),
                            "--guard", json.dumps({"max_foreign_cores": 100, "max_repeat_spread": 100})],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
     return json.loads(out.read_text())["sections"]
@@ -46,41 +54,41 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
 
 def main() -> None:
     from specsweep import study as config
-    from specsweep.measure import quiet_host
     from specsweep.servers.backends import llama_server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs on the quiet host")
-    parser.add_argument("--loaded-runs", type=int, default=1,
-                        help="runs beside the hog (each takes minutes: the hog slows the server tenfold)")
+    parser.add_argument("--runs", type=int, default=2, help="runs on the quiet host")
+    parser.add_argument("--loaded-runs", type=int, default=1, help="runs beside each hog (minutes each)")
     args = parser.parse_args()
     pins = config.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
     threshold = config.validate_study({})["guard"]["max_foreign_cores"]
-    doc = study(binary, model)
+    cpus = sorted(os.sched_getaffinity(0))
+    hosts = [("quiet", args.runs, None, None), ("hog", args.loaded_runs, None, set(cpus)),
+             ("pinned", args.loaded_runs, cpus[0], {cpus[-1]})]
     print(f"guard.max_foreign_cores = {threshold}; default study sections, prompt 128, budget 0, 2 repeats")
-    print(f"{'host':<8}{'run':>4}  {'section':<8}{'cores':>8}{'CPU-s':>8}{'tok/s':>8}{'spread':>8}  top process")
-    for loaded in (False, True):
+    print(f"{'host':<8}{'run':>4}  {'section':<8}{'cores':>7}{'waited':>8}{'took':>7}{'PSI':>7}{'tok/s':>8}")
+    for host, runs, server_cpu, hog_cpus in hosts:
         worst = 0.0
-        for run in range(args.loaded_runs if loaded else args.runs):
-            hog = subprocess.Popen([sys.executable, "-c", HOG]) if loaded else None
+        for run in range(runs):
+            hog = None if hog_cpus is None else subprocess.Popen(
+                [sys.executable, "-c", HOG], preexec_fn=lambda c=hog_cpus: os.sched_setaffinity(0, c))
             try:
                 with tempfile.TemporaryDirectory() as tmp:
-                    sections = run_once(doc, Path(tmp))
+                    sections = run_once(study(binary, model, server_cpu), Path(tmp))
             finally:
                 if hog:
                     hog.kill()
                     hog.wait()
             for s in sections:
                 load = s["host_load"]
-                worst = max(worst, load["cores"])
-                spread = quiet_host.repeat_spread(s["output_tok_s_repeats"]) or 0.0
-                top = load["top"][0] if load["top"] else {"name": "-", "cpu_s": 0}
-                print(f"{'loaded' if loaded else 'quiet':<8}{run:>4}  {s['name']:<8}{load['cores']:>8.3f}"
-                      f"{load['cpu_s']:>8.2f}{s['output_tok_s']:>8.1f}{spread:>8.1%}  "
-                      f"{top['name']} {top['cpu_s']:.2f} s")
+                worst = max(worst, load["contended_cores"])
+                psi = load["cpu_pressure_share"]
+                print(f"{host:<8}{run:>4}  {s['name']:<8}{load['cores']:>7.3f}{load['server_wait_cores'] or 0:>8.3f}"
+                      f"{load['contended_cores']:>7.3f}{'-' if psi is None else f'{psi:.2f}':>7}"
+                      f"{s['output_tok_s']:>8.1f}")
         verdict = "all pass" if worst <= threshold else "would fail as noisy-host"
-        print(f"-> {'loaded' if loaded else 'quiet'}: worst section {worst:.3f} cores: {verdict}")
+        print(f"-> {host}: worst section took {worst:.3f} cores from the server: {verdict}")
 
 
 if __name__ == "__main__":

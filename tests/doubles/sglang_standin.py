@@ -10,7 +10,13 @@ It answers as SGLang's own source says, file by file (all in the sglang 0.5.23 w
   ``data: [DONE]\\n\\n``; a ``ValueError`` inside the stream (context overflow) becomes one
   ``data: {"error": {"message", "type": "invalid_request_error", "code": 400, "retryable"}}``
   chunk inside the HTTP 200 answer. ``/server_info`` (and the deprecated ``/get_server_info``)
-  return the resolved server args plus ``version``; ``/tokenize`` is the OpenAI-style route.
+  return the resolved server args (``context_length`` as passed), ``max_context_length`` and
+  ``max_total_num_tokens`` (the KV pool, ``--max-total-tokens`` here) as 0.5.23's
+  ``GetServerInfoResponse`` declares them, ``max_req_input_len`` (min(context, pool) - 1 - 5) as
+  newer servers add it (shared/reference/servers.md, December), and ``version``;
+  ``/tokenize`` is the OpenAI-style route.
+- ``sglang/srt/managers/scheduler.py``: a pool smaller than input + output clips the request's
+  ``max_new_tokens`` to what fits, without an error (``init_req_max_new_tokens``).
 - ``sglang/srt/managers/tokenizer_manager.py``: ``meta_info`` has ``id``, ``prompt_tokens``,
   ``completion_tokens`` (running), ``finish_reason`` (null until the last chunk, then
   ``{"type": "length", "length": n}``), ``cached_tokens``; the speculation fields come on the
@@ -125,7 +131,9 @@ def make_handler(state: State):
                 return self._json(200, {
                     "model_path": state.args.model_path, "served_model_name": state.args.model_path,
                     "tokenizer_path": state.args.model_path, "context_length": state.args.context_length,
-                    "max_context_length": state.args.context_length, "max_total_num_tokens": 100_000,
+                    "max_context_length": state.args.context_length,
+                    "max_total_num_tokens": state.args.max_total_tokens,
+                    "max_req_input_len": min(state.args.context_length, state.args.max_total_tokens) - 1 - 5,
                     "tp_size": state.args.tp, "speculative_algorithm": state.args.speculative_algorithm,
                     "speculative_num_draft_tokens": state.draft_tokens or None,
                     "version": VERSION, "internal_states": [{"avg_spec_accept_length": 9.99}],
@@ -187,6 +195,9 @@ def make_handler(state: State):
                 return self._error(f"Requested token count exceeds the model's maximum context length of {context} "
                                    f"tokens. You requested a total of {len(ids) + n} tokens: {len(ids)} tokens from "
                                    f"the input messages and {n} tokens for the completion.")
+            # A pool too small for input + output: the scheduler clips max_new_tokens to what fits
+            # (srt/managers/scheduler.py, init_req_max_new_tokens), silently.
+            n = min(n, state.args.max_total_tokens - 1 - len(ids))
             steps = state.steps(n, number)
             meta = {"id": f"req-{number}", "prompt_tokens": len(ids), "completion_tokens": 0, "finish_reason": None,
                     "cached_tokens": 0}
@@ -245,6 +256,8 @@ def main() -> None:
     parser.add_argument("--model-path", default="stand-in/model")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--context-length", type=int, default=32768)
+    # The KV pool in tokens (--max-total-tokens; the real server sizes it from GPU memory).
+    parser.add_argument("--max-total-tokens", type=int, default=100_000)
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=0)
     parser.add_argument("--spelling", choices=sorted(SPELLINGS), default="new")

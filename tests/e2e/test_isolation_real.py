@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,12 +42,37 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
     record = results.latest_failure(tmp_path / "results/failures", name).to_json()
     assert record["class"] == "noisy-host" and record["exit_code"] == 18 and record["transient"] is True
     assert "max_foreign_cores" in record["reason"] and "python" in record["reason"]
+    assert "the server waited for a CPU" in record["reason"]  # contention, measured on its own threads
 
     rc, out = finish(run_workflow(tmp_path, guard_study()), timeout=600)  # the hog is gone
     assert rc == 0, out
     doc = load(tmp_path / "results/runs" / f"{name}.json")
     for section in doc["sections"]:
-        assert section["host_load"]["cores"] <= doc["isolation"]["guard"]["max_foreign_cores"], section["host_load"]
+        assert section["host_load"]["contended_cores"] <= doc["isolation"]["guard"]["max_foreign_cores"], \
+            section["host_load"]
+
+
+def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_it(embedded, tmp_path):
+    """The guard judges contention, not activity: the hog ran a whole core all along, on the other one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    assert len(cpus) >= 2, "needs 2 CPUs: this suite's machines have them (README, Testing)"
+    study = guard_study()
+    study["server"] = {**study["server"], "threads": 1,
+                       "command": ["taskset", "-c", str(cpus[0]), *study["server"]["command"]]}
+    hog = subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=lambda: os.sched_setaffinity(0, {cpus[1]}))
+    try:
+        rc, out = finish(run_workflow(tmp_path, study), timeout=600)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert rc == 0, out
+    doc = load(tmp_path / "results/runs/tp1-b0-ctx64.json")
+    limit = doc["isolation"]["guard"]["max_foreign_cores"]
+    for section in doc["sections"]:
+        load_ = section["host_load"]
+        assert load_["cores"] > 0.5 and "python" in {p["name"] for p in load_["top"]}, load_  # the hog ran
+        assert load_["server_cpus"] == [cpus[0]] and load_["cores_on_server_cpus"] < limit, load_
+        assert load_["method"] == "schedstat" and load_["contended_cores"] <= limit, load_
 
 
 def test_an_api_key_server_works_and_no_written_file_holds_a_secret(embedded, tmp_path, monkeypatch):

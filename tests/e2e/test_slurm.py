@@ -145,8 +145,10 @@ exec {embedded['binary']} "$@"
     assert record["class"] == "server-start" and record["signature"] == "bad-arguments"
     first = {j: v for j, v in slurm_jobs().items() if j not in before}
     configs = {re.sub(r".*wildcards_", "", c): s for c, s in first.values() if "run_configuration" in c}
-    assert sorted(configs) == ["1_0_64", "1_2_64", "1_4_64"], first  # every configuration was a SLURM job ...
-    assert configs["1_4_64"] == "FAILED" and configs["1_0_64"] == configs["1_2_64"] == "COMPLETED", configs
+    # Every configuration was a SLURM job, named by its configuration ...
+    assert sorted(configs) == ["tp1-b0-ctx64", "tp1-b2-ctx64", "tp1-b4-ctx64"], first
+    assert configs["tp1-b4-ctx64"] == "FAILED", configs
+    assert configs["tp1-b0-ctx64"] == configs["tp1-b2-ctx64"] == "COMPLETED", configs
     assert not any("provision" in c or "summary" in c for c, _ in first.values())  # ... provisioning was not
 
     (tmp_path / "break-b4").unlink()
@@ -155,7 +157,8 @@ exec {embedded['binary']} "$@"
     assert rc == 0, out
     second = {j: v for j, v in slurm_jobs().items() if j not in before and j not in first}
     assert [s for c, s in second.values() if "run_configuration" in c] == ["COMPLETED"], second
-    # The plugin's comment carries the wildcard values: tp, budget, context.
-    assert [c for c, _ in second.values() if "run_configuration" in c] == ["rule_run_configuration_wildcards_1_4_64"]
+    # The plugin's comment carries the wildcard: the configuration's name, every axis in it.
+    rerun = [c for c, _ in second.values() if "run_configuration" in c]
+    assert rerun == ["rule_run_configuration_wildcards_tp1-b4-ctx64"], rerun
     assert {p: runs.joinpath(p).stat().st_mtime_ns for p in kept} == kept
     assert (tmp_path / "results/summary.png").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from specsweep.analysis import aggregate
-from specsweep.errors import ConfigError, InternalError, Interrupted, NoisyHost, SpecsweepError
+from specsweep.errors import ConfigError, HostNotReady, InternalError, Interrupted, NoisyHost, SpecsweepError
 from specsweep.measure import host_facts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
@@ -159,6 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     grid = sub.add_parser("grid", help="list the configurations of a study")
     _add_study_args(grid)
     grid.set_defaults(func=cmd_grid)
+
+    doc = sub.add_parser("doctor", help="check this host for a study before a long sweep: one line per check")
+    _add_study_args(doc)
+    doc.add_argument("--results", type=Path, default=paths.RESULTS, help="where the study writes its results")
+    doc.set_defaults(func=cmd_doctor)
     return parser
 
 
@@ -464,6 +469,21 @@ def cmd_rebuild(args) -> int:
     from specsweep.analysis import archive
 
     print(archive.rebuild_summary(args.folder, args.out))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from specsweep.measure import doctor
+
+    study = _study(args)
+    checks = doctor.run_checks(study, results=args.results)
+    for check in checks:
+        print(check.line())
+    failed = [c.name for c in checks if not c.ok]
+    if failed:
+        raise HostNotReady(f"this host cannot run study {study['study']} as it stands: {', '.join(failed)} "
+                           f"(the lines marked FAIL say what to do)")
+    print(f"this host is ready for study {study['study']}: {len(checks)} checks passed")
     return 0
 
 

@@ -183,6 +183,14 @@ class VerifyFailed(SpecsweepError):
     advice = "the study was changed or damaged after packing: get an intact copy of the archive"
 
 
+class HostNotReady(SpecsweepError):
+    """`specsweep doctor`: this host cannot run the study as it stands."""
+
+    failure_class = "host-not-ready"
+    exit_code = 27
+    advice = "fix each line marked FAIL as it says, then run specsweep doctor again"
+
+
 class RegressionFound(SpecsweepError):
     """`specsweep compare`: B is significantly slower than A beyond the threshold, or newly fails."""
 

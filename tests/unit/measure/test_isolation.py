@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,8 +138,11 @@ def test_a_child_reaped_during_the_section_counts_only_its_time_inside_it():
     assert [p["name"] for p in load["top"]] == ["make", "init"]
 
 
-def _load(cores: float, wall: float = 2.0, gpu=()) -> dict:
+def _load(cores: float, wall: float = 2.0, gpu=(), waited: float | None = None) -> dict:
+    """A section's figures: others used ``cores`` on the server's CPUs, the server waited ``waited`` (all of it)."""
+    waited = cores if waited is None else waited
     return {"cpu_s": cores * wall, "cores": cores, "top": [{"pid": 9, "name": "hog", "cpu_s": cores * wall}],
+            "cores_on_server_cpus": cores, "server_wait_cores": waited, "contended_cores": min(cores, waited),
             "gpu_processes": list(gpu)}
 
 
@@ -148,6 +152,67 @@ def test_guard_fails_a_section_above_its_threshold_and_passes_one_below():
     hostload.check("medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
     # Below the clock-tick floor a figure is resolution, not load: 0.04 CPU-s in a 40 ms section.
     hostload.check("short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
+
+
+def test_others_busy_while_the_server_never_waited_is_no_contention():
+    """A 64-core host: daemons used 0.6 cores, the server found a CPU every time it was runnable."""
+    hostload.check("medium", _load(0.6, waited=0.01), GUARD, [100.0, 101.0], closed_loop=True)
+    with pytest.raises(NoisyHost, match=r"took 0\.40 cores from the server \(the server waited for a CPU 0\.40"):
+        hostload.check("medium", _load(0.6, waited=0.4), GUARD, [100.0, 101.0], closed_loop=True)
+
+
+def test_contention_is_the_smaller_of_the_servers_waiting_and_the_others_load_on_its_cpus():
+    load = {"cores_on_server_cpus": 0.9}
+    found = hostload.contention(load, (3.0, 1.0), {0, 1}, own_cores=1.8, wall_s=2.0)
+    assert found == {"method": "schedstat", "server_wait_cores": 0.5, "server_wait_share": 0.25,
+                     "contended_cores": 0.5}
+    assert hostload.contention({"cores_on_server_cpus": 0.1}, (3.0, 1.0), {0, 1}, 1.8, 2.0)["contended_cores"] == 0.1
+    # Without schedstat: the others' load beyond what the server and the harness left idle.
+    idle = hostload.contention({"cores_on_server_cpus": 0.9}, None, {0, 1}, own_cores=1.5, wall_s=2.0)
+    assert idle["method"] == "idle-cores" and idle["contended_cores"] == pytest.approx(0.4)
+    assert hostload.contention({"cores_on_server_cpus": 3.0}, None, set(range(64)), 2.0, 2.0)["contended_cores"] == 0
+
+
+def test_a_process_pinned_to_other_cpus_takes_nothing_from_the_server():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("needs 2 CPUs: this suite's machines have them (README, Testing)")
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpus[1]}))
+    try:
+        used = [{"pid": pinned.pid, "cpu_s": 1.0}, {"pid": os.getpid(), "cpu_s": 0.5}]
+        assert hostload.on_cpus(used, {cpus[0]}) == pytest.approx(0.5)  # ours may run there, the pinned one not
+        assert hostload.on_cpus(used, {cpus[1]}) == pytest.approx(1.5)
+        assert hostload.on_cpus(used, None) == pytest.approx(1.5)  # the server's CPUs unknown: all count
+    finally:
+        pinned.kill()
+        pinned.wait()
+
+
+def test_the_servers_waiting_is_read_from_the_kernels_per_thread_schedstat():
+    before = hostload.schedstat({os.getpid()})
+    assert before, "Linux keeps /proc/<pid>/task/<tid>/schedstat"
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+    ran, waited = hostload.waited_s(before, hostload.schedstat({os.getpid()}))
+    assert 0.15 < ran < 1.0 and waited >= 0
+    assert hostload.waited_s(None, before) is None
+
+
+def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
+    # A job queued for devices is `python -m specsweep run ...`; this one only looks like one.
+    queued = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "specsweep", "run"])
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "specsweep"])
+    try:
+        time.sleep(0.3)
+        found = hostload.ours(os.getpid())
+        assert os.getppid() in found  # what started this process (Snakemake, for a job)
+        assert queued.pid in found and stranger.pid not in found
+    finally:
+        for proc in (queued, stranger):
+            proc.kill()
+            proc.wait()
 
 
 def test_guard_catches_closed_loop_repeats_that_disagree():
@@ -211,7 +276,7 @@ def test_leases_on_simulated_gpus_are_disjoint_and_wait_for_a_release(gpus):
     first = devices.acquire(2, holder="a", announce=said.append, gpu=True)
     second = devices.acquire(2, holder="b", announce=said.append, gpu=True)
     assert set(first.gpus).isdisjoint(second.gpus) and len(first.gpus) == len(second.gpus) == 2
-    assert second.env() == {"CUDA_VISIBLE_DEVICES": ",".join(second.gpus)}
+    assert second.env() == {"CUDA_VISIBLE_DEVICES": ",".join(second.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     got = []
     waiter = threading.Thread(target=lambda: got.append(devices.acquire(1, holder="c", announce=said.append, gpu=True)))
     waiter.start()
@@ -306,6 +371,35 @@ def test_gpus_whose_memory_is_never_released_fail_the_next_job_clearly(gpus, mon
         devices.acquire(1, holder="b", announce=print, gpu=True)
     again = devices.acquire(4, holder="c", announce=print, gpu=False)  # the failed job held nothing
     again.release()
+
+
+def test_a_job_takes_a_free_gpu_at_once_rather_than_the_lowest_one_another_user_fills(gpus, monkeypatch):
+    """GPU 0 holds another user's 30 GiB (no specsweep lock on it): the job takes GPU 1 without waiting."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 30 << 30, 1: 0, 2: 0, 3: 0}))
+    monkeypatch.setenv("SPECSWEEP_GPU_RELEASE_TIMEOUT_S", "30")
+    t0 = time.monotonic()
+    lease = devices.acquire(1, holder="a", announce=print, gpu=True)
+    assert lease.gpus == ("1",) and time.monotonic() - t0 < 2
+    pair = devices.acquire(2, holder="b", announce=print, gpu=True)
+    assert pair.gpus == ("2", "3")  # the free ones, not the busy GPU 0
+    lease.release()
+    pair.release()
+
+
+def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, model):
+    """A scheduler (or a colleague) allotted GPUs 2 and 3: jobs use those and the server sees only them."""
+    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert devices.host_gpus() == ["2", "3"]
+    with pytest.raises(ConfigError, match=r"tp 4 needs 4 GPUs, this host has 2 \(2,3\)"):
+        devices.acquire(4, holder="x", announce=print, gpu=True)
+    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    assert rc == 0, err
+    log = (tmp_path / "server.log").read_text()
+    assert re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log) == ["2"], log
+    doc = json.loads((tmp_path / "runs" / f"{NAME}.json").read_text())
+    assert doc["isolation"]["devices"] == ["2"] and doc["server"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):

@@ -35,10 +35,22 @@ def test_acceptance_length_from_counter_deltas():
     ("error: the argument has been removed", "bad-arguments"),
     ("launch_server.py: error: unrecognized arguments: --foo", "bad-arguments"),
     ("{\"type\": \"exceed_context_size_error\"}", "context-exceeded"),
+    # vLLM's current wording (vllm/renderers/params.py, _apply_length_check)
+    ("vllm.exceptions.VLLMValidationError: You passed 4200 input tokens and requested 256 output tokens. However, "
+     "the model's context length is only 4096, resulting in a maximum input length of 3840.", "context-exceeded"),
+    ("vm:1234:1234 [0] NCCL INFO NCCL WARN Cuda failure 'out of memory'", "nccl-warning"),
 ])
 def test_log_signatures(line, label):
     found, lines = signatures.classify(f"loading...\n{line}\nmore\n")
     assert found == label and lines == [line]
+
+
+def test_a_crash_outranks_the_nccl_warnings_a_healthy_run_prints_too():
+    log = ("vm:1:1 [0] NCCL INFO NCCL WARN Call to ibv_open_device failed\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+           "vm:1:1 [1] NCCL INFO NCCL WARN Cuda failure\n")
+    found, lines = signatures.classify(log)
+    assert found == "gpu-oom" and lines == ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
 
 
 def test_unknown_log_has_no_signature():

@@ -389,6 +389,19 @@ def test_a_server_context_smaller_than_the_grid_is_refused_before_measuring(tmp_
     assert code == 2 and "reports a context of 40 tokens" in err
 
 
+def test_a_kv_pool_too_small_for_prompt_and_output_is_refused_before_it_clips_the_output(tmp_path):
+    """SGLang's scheduler clips max_new_tokens to the pool without an error (init_req_max_new_tokens):
+    the preflight names the pool instead of a later token shortfall."""
+    study = sglang_study(tmp_path, "--max-total-tokens", "100", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    assert code == 2 and "KV cache holds 100 tokens (max_total_num_tokens), one request needs 112" in err, err
+    assert "mem-fraction-static" in err and not (tmp_path / "runs" / "tp1-b0-ctx64.json").exists()
+    # The longest input the scheduler takes, where it is below the grid's prompt length.
+    study = sglang_study(tmp_path, "--max-total-tokens", "60", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    assert code == 2 and "inputs of at most 54 tokens (max_req_input_len), grid.context is 64" in err, err
+
+
 # --- the plan --------------------------------------------------------------------------------------
 
 def _dry_run(tmp_path: Path, *extra: str) -> str:

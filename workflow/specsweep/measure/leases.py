@@ -37,11 +37,17 @@ def lock_dir() -> Path:
 
 
 def host_gpus() -> list[str]:
-    """GPU ids of this host: $SPECSWEEP_GPUS if set (an override, and simulated GPUs in tests),
-    else what NVML counts, else none."""
-    override = os.environ.get("SPECSWEEP_GPUS")
-    if override is not None:
-        return [g.strip() for g in override.split(",") if g.strip()]
+    """The GPUs this job may use, as a shared box hands them out: $SPECSWEEP_GPUS if set (an
+    override, and simulated GPUs in tests), else the CUDA_VISIBLE_DEVICES the job inherited (what
+    a scheduler or a colleague allotted it), else every GPU NVML counts, else none.
+
+    Ids are NVML's, in PCI bus order; the server gets CUDA_DEVICE_ORDER=PCI_BUS_ID (Lease.env) so
+    that CUDA numbers them the same way (its default order, fastest first, is another).
+    """
+    for variable in ("SPECSWEEP_GPUS", "CUDA_VISIBLE_DEVICES"):
+        given = os.environ.get(variable)
+        if given is not None:
+            return [g.strip() for g in given.split(",") if g.strip()]
     lib = host_facts.nvml()
     try:
         return [str(i) for i in range(lib.nvmlDeviceGetCount())] if lib else []
@@ -64,8 +70,8 @@ class Lease:
         return tuple(d for d in self.devices if d != HOST_DEVICE)
 
     def env(self) -> dict[str, str]:
-        """What the server's environment needs to see exactly its devices."""
-        return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus)} if self.gpus else {}
+        """What the server's environment needs to see exactly its devices, numbered as NVML numbers them."""
+        return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.gpus else {}
 
     def release(self, *, wait: bool = True) -> None:
         if wait and self._fds and self.gpus:
@@ -101,11 +107,11 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
     """
     candidates, want = _candidates(tp, gpu)
     folder = lock_dir()
-    _make_shared_dir(folder)
+    make_shared_dir(folder)
     t0 = time.monotonic()
     last_said = None
     while True:
-        lease = _try_take(folder, candidates, want)
+        lease = _try_take(folder, free_first(candidates) if gpu else candidates, want)
         if lease is not None:
             break
         if last_said is None or time.monotonic() - last_said >= ANNOUNCE_EVERY_S:
@@ -141,6 +147,18 @@ def _candidates(tp: int, gpu: bool) -> tuple[list[str], int]:
         raise ConfigError(f"tp {tp} needs {tp} GPUs, this host has {len(gpus)} ({','.join(gpus)}); "
                           f"exclude the configuration or run it on a larger host")
     return gpus, tp
+
+
+def free_first(gpus: list[str]) -> list[str]:
+    """The GPUs without foreign memory in use (by NVML) first, in their order, then the others.
+
+    On a shared box a GPU nobody holds a lock on may still run another user's process: a job takes
+    free GPUs at once rather than the lowest unlocked one, and waits (await_free_memory) only when
+    no free ones are left.
+    """
+    used = {g: host_facts.memory_used(g) for g in gpus}
+    free = [g for g in gpus if used[g] is None or used[g] <= FREE_MEMORY_MIB * MIB]
+    return free + [g for g in gpus if g not in free]
 
 
 def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, list[str]]:
@@ -202,7 +220,7 @@ def _try_take(folder: Path, candidates: list[str], want: int) -> Lease | None:
     return None
 
 
-def _make_shared_dir(folder: Path) -> None:
+def make_shared_dir(folder: Path) -> None:
     """Sticky and world-writable, like /tmp: jobs of every user on the host share the locks."""
     try:
         folder.mkdir(parents=True, exist_ok=True)

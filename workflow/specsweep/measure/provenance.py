@@ -32,7 +32,9 @@ ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "GGML_", "NCCL_")
 
 def source_root() -> Path:
     """The checkout specsweep runs from (the package lives in workflow/specsweep/)."""
-    return Path(__file__).resolve().parents[2]
+    import specsweep
+
+    return Path(specsweep.__file__).resolve().parents[2]
 
 
 def git(*args: str) -> str | None:

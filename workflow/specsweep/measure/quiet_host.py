@@ -1,10 +1,22 @@
-"""The quiet-host guard: what the rest of the machine did while a section was measured.
+"""The quiet-host guard: did anything else take CPU from the server while a section was measured?
 
-CPU: the CPU time that processes outside the server's tree and the harness used during the
-section, from per-process counters (psutil), so that only this machine's (or container's)
-processes count, never a neighbour's on a shared host. GPUs: other processes that NVML lists
-on the job's GPUs. Both figures go into the result either way; above the study's threshold the
-section fails as noisy-host.
+The question is contention, not activity: on a 64-core GPU host, monitoring daemons and another
+user's editor run all the time and take nothing from a server that has idle cores beside it.
+Per section the guard measures
+
+- what the others used: the CPU time of processes outside the server's tree, the harness,
+  specsweep's own Snakemake process and queued jobs, and other measurements holding devices
+  (per-process counters, psutil: only this machine's or container's processes), in all and on
+  the CPUs the server may run on (its affinity: a process pinned elsewhere cannot take them);
+- what the server waited: the time its threads spent runnable on a run queue without a CPU
+  (the kernel's per-task schedstat, /proc/<pid>/task/<tid>/schedstat, second field), in
+  cores-worth over the section; and the host's CPU pressure (PSI, /proc/pressure/cpu "some") as a
+  figure of its own;
+
+and counts as contended the smaller of the two: the server waited, and others ran where it could
+have. Without schedstat, the others' load on the server's CPUs beyond the cores the server and
+the harness left idle. Above guard.max_foreign_cores the section fails as noisy-host. GPUs: other
+processes that NVML lists on the job's GPUs. Every figure goes into the result either way.
 """
 
 from __future__ import annotations
@@ -45,8 +57,8 @@ def snapshot() -> Snapshot:
     return out
 
 
-def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: float) -> dict:
-    """CPU used by processes not in ``own`` between two snapshots: seconds, cores, the top users."""
+def foreign_used(before: Snapshot, after: Snapshot, *, own: set[int]) -> list[tuple[float, int, str]]:
+    """(CPU seconds, pid, name) of every process not in ``own`` that ran between two snapshots, most first."""
     # A process reaped during the window moves its whole life's CPU into its parent's children
     # times: only the part after ``before`` is the window's, so its earlier part is taken back.
     earlier = _reaped_earlier(before, after)
@@ -59,8 +71,13 @@ def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: flo
         delta -= earlier.get(pid, 0.0)
         if delta > 0:
             used.append((delta, pid, name))
+    return sorted(used, reverse=True)
+
+
+def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: float) -> dict:
+    """CPU used by processes not in ``own`` between two snapshots: seconds, cores, the top users."""
+    used = foreign_used(before, after, own=own)
     total = sum(d for d, _, _ in used)
-    used.sort(reverse=True)
     return {
         "cpu_s": round(total, 4),
         "cores": round(total / wall_s, 4) if wall_s > 0 else None,
@@ -79,6 +96,97 @@ def _reaped_earlier(before: Snapshot, after: Snapshot) -> dict[int, float]:
             parent = 1  # an orphan is reaped by init (or the container's first process)
         out[parent] = out.get(parent, 0.0) + cpu
     return out
+
+
+def on_cpus(used: list[dict], cpus: set[int] | None) -> float:
+    """CPU seconds of the listed processes that may run on these CPUs (their affinity meets them).
+
+    A process whose affinity cannot be read, or without a known CPU set, counts: the guard errs
+    towards failing a section, never towards passing a contended one.
+    """
+    total = 0.0
+    for proc in used:
+        try:
+            theirs = set(psutil.Process(proc["pid"]).cpu_affinity())
+        except (psutil.Error, AttributeError, OSError):
+            theirs = None
+        if cpus is None or theirs is None or theirs & cpus:
+            total += proc["cpu_s"]
+    return total
+
+
+def schedstat(pids: set[int]) -> dict[tuple[int, int], tuple[float, float]] | None:
+    """{(pid, tid): (seconds on a CPU, seconds waiting on a run queue)} of every thread of the
+    processes; None where the kernel does not keep the figures (no /proc/<pid>/task/*/schedstat)."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    readable = False
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                ran, waited, _ = open(f"/proc/{pid}/task/{tid}/schedstat").read().split()
+            except (OSError, ValueError):
+                continue
+            readable = True
+            out[(pid, int(tid))] = (int(ran) / 1e9, int(waited) / 1e9)
+    return out if readable else None
+
+
+def waited_s(before: dict | None, after: dict | None) -> tuple[float, float] | None:
+    """(seconds run, seconds waited) of the threads between two schedstat readings; a thread new
+    at the end counts whole, one gone by then is lost (its time is no longer anywhere to read)."""
+    if before is None or after is None:
+        return None
+    ran = waited = 0.0
+    for key, (r, w) in after.items():
+        r0, w0 = before.get(key, (0.0, 0.0))
+        ran, waited = ran + max(0.0, r - r0), waited + max(0.0, w - w0)
+    return ran, waited
+
+
+def cpu_pressure() -> float | None:
+    """The host's PSI "some" total for CPU, in seconds (time at least one task waited); None without PSI."""
+    try:
+        for line in open("/proc/pressure/cpu"):
+            if line.startswith("some"):
+                return int(line.split("total=")[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
+def contention(load: dict, server: tuple[float, float] | None, server_cpus: set[int] | None,
+               own_cores: float, wall_s: float) -> dict:
+    """The contended figure (cores-worth) and how it was found; see the module docstring."""
+    theirs = load["cores_on_server_cpus"]
+    if server is not None and wall_s > 0:
+        ran, waited = server
+        wait_cores = waited / wall_s
+        return {"method": "schedstat", "server_wait_cores": round(wait_cores, 4),
+                "server_wait_share": round(waited / (ran + waited), 4) if ran + waited > 0 else 0.0,
+                "contended_cores": round(min(theirs, wait_cores), 4)}
+    idle = max(0.0, (len(server_cpus) if server_cpus else os.cpu_count() or 1) - own_cores)
+    return {"method": "idle-cores", "server_wait_cores": None, "server_wait_share": None,
+            "contended_cores": round(max(0.0, theirs - idle), 4)}
+
+
+def ours(harness: int) -> set[int]:
+    """specsweep's own processes beside the server: the harness's ancestors (the job's shell, the
+    Snakemake that runs it) and every specsweep process on the host (jobs queued for devices)."""
+    found: set[int] = set()
+    try:
+        found |= {p.pid for p in psutil.Process(harness).parents()}
+    except psutil.Error:
+        pass
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(a == "-m" and b == "specsweep" for a, b in zip(cmd, cmd[1:])) or (
+                cmd and os.path.basename(cmd[0]) == "specsweep"):
+            found.add(proc.pid)
+    return found
 
 
 def gpu_foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
@@ -104,33 +212,66 @@ def gpu_foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
 
 
 class SectionWatch:
-    """Measure the rest of the machine around one section; judge it against the guard."""
+    """Measure the rest of the machine and the server's waiting around one section; judge it."""
 
-    def __init__(self, guard: Guard, own_pids, gpus: tuple[str, ...] = ()):
+    def __init__(self, guard: Guard, own_pids, gpus: tuple[str, ...] = (), server_pids=None):
         self.guard = guard
         self.own_pids = own_pids  # a callable: the server tree changes while it runs
+        self.server_pids = server_pids or own_pids  # the server's tree alone, for its waiting
         self.gpus = gpus
         self.before: Snapshot = {}
+        self.sched_before: dict | None = None
+        self.pressure_before: float | None = None
 
     def start(self) -> None:
         self.before = snapshot()
+        self.sched_before = schedstat(set(self.server_pids()))
+        self.pressure_before = cpu_pressure()
 
     def stop(self, wall_s: float) -> dict:
-        own = set(self.own_pids()) | {os.getpid()}
-        doc = foreign_cpu(self.before, snapshot(), own=own, wall_s=wall_s)
+        server = set(self.server_pids())
+        sched_after, pressure = schedstat(server), cpu_pressure()
+        after = snapshot()
+        own = set(self.own_pids()) | {os.getpid()} | ours(os.getpid())
+        doc = foreign_cpu(self.before, after, own=own, wall_s=wall_s)
+        cpus = server_cpus(server)
+        used = [{"pid": pid, "cpu_s": d} for d, pid, _ in foreign_used(self.before, after, own=own)]
+        doc["cores_on_server_cpus"] = round(on_cpus(used, cpus) / wall_s, 4) if wall_s > 0 else 0.0
+        own_cpu = sum(after[p][1] - self.before.get(p, after[p])[1] for p in own if p in after)
+        doc.update(contention(doc, waited_s(self.sched_before, sched_after), cpus,
+                              own_cpu / wall_s if wall_s > 0 else 0.0, wall_s))
+        doc["server_cpus"] = sorted(cpus) if cpus else None
+        doc["cpu_pressure_share"] = (round((pressure - self.pressure_before) / wall_s, 4)
+                                     if pressure is not None and self.pressure_before is not None and wall_s > 0
+                                     else None)
         doc["max_cores"] = self.guard.max_foreign_cores
         doc["gpu_processes"] = gpu_foreign(self.gpus, own)
         return doc
 
 
+def server_cpus(pids: set[int]) -> set[int] | None:
+    """The CPUs the server may run on (the union of its processes' affinity), or None if unreadable."""
+    cpus: set[int] = set()
+    for pid in pids:
+        try:
+            cpus |= set(psutil.Process(pid).cpu_affinity())
+        except (psutil.Error, AttributeError, OSError):
+            continue
+    return cpus or None
+
+
 def check(section: str, load: dict, guard: Guard, repeats_tok_s: list[float], closed_loop: bool) -> None:
     """Raise NoisyHost when the section was not measured alone or its repeats disagree."""
-    if load["cores"] is not None and load["cores"] > guard.max_foreign_cores and load["cpu_s"] > FLOOR_CPU_S:
+    contended = load["contended_cores"]
+    if contended is not None and contended > guard.max_foreign_cores and load["cpu_s"] > FLOOR_CPU_S:
         top = ", ".join(f"{p['name']} (pid {p['pid']}) {p['cpu_s']:.1f} s" for p in load["top"])
+        waited = (f"the server waited for a CPU {load['server_wait_cores']:.2f} cores-worth"
+                  if load["server_wait_cores"] is not None else "the server's cores had none idle")
         raise NoisyHost(
-            f"section {section}: other processes used {load['cores']:.2f} cores on average "
-            f"({load['cpu_s']:.1f} CPU-s: {top}), above guard.max_foreign_cores = "
-            f"{guard.max_foreign_cores:g}; stop them or wait for a quiet host", section=section)
+            f"section {section}: other processes took {contended:.2f} cores from the server ({waited}, while "
+            f"they used {load['cores_on_server_cpus']:.2f} cores where it runs; {load['cpu_s']:.1f} CPU-s in all: "
+            f"{top}), above guard.max_foreign_cores = {guard.max_foreign_cores:g}; stop them, pin them to other "
+            f"cores, or wait for a quiet host", section=section)
     visible = [p for p in load["gpu_processes"] if p["visible"]]
     if visible:
         raise NoisyHost(f"section {section}: other processes on the job's GPUs: "

@@ -210,7 +210,8 @@ def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
-            watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus)
+            watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+                                            server_pids=server.tree_pids)
             sections.append(_run_one_section(spec, server, section, plan, seen, watch))
     return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections}
 
@@ -268,8 +269,8 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
                  if spec.repeats > 1 else ""))
-    say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores "
-              f"(guard {watch.guard.max_foreign_cores:g})")
+    say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores and took "
+              f"{load['contended_cores'] or 0.0:.3f} from the server (guard {watch.guard.max_foreign_cores:g})")
     return {"name": section.name, **asdict(section), **stats, "host_load": load,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}

@@ -15,12 +15,18 @@ SIGNATURES: tuple[tuple[str, str], ...] = (
     # Host memory: a context or batch that does not fit the machine's RAM (llama.cpp throws
     # std::bad_alloc from its buffer allocation; the kernel's OOM killer is "killed" below).
     ("host-oom", r"std::bad_alloc|Cannot allocate memory|\bMemoryError\b"),
-    ("nccl", r"NCCL error|NCCL WARN|DistBackendError|watchdog caught collective operation timeout"),
+    ("nccl", r"NCCL error|DistBackendError|watchdog caught collective operation timeout"),
     ("port-in-use", r"Address already in use|Errno 98|couldn't bind HTTP server socket"),
-    ("context-exceeded", r"longer than the model's context length|maximum context length|exceed_context_size_error"),
+    # vLLM: "However, the model's context length is only X" (renderers/params.py); SGLang: "longer
+    # than the model's context length"; llama-server: exceed_context_size_error.
+    ("context-exceeded", r"longer than the model's context length|maximum context length|exceed_context_size_error"
+                         r"|context length is only"),
     ("bad-arguments", r"unrecognized arguments|the argument has been removed|error: invalid argument|unknown argument"),
     ("model-load", r"failed to load model|error loading model|failed to open GGUF|No such file or directory"),
     ("killed", r"\bKilled\b|Child process unexpectedly failed|out of memory: kill"),
+    # A warning last: NCCL prints WARN lines on healthy runs too, so one may name a failure only
+    # when no crash line above does.
+    ("nccl-warning", r"NCCL WARN"),
 )
 
 _COMPILED = tuple((label, re.compile(pattern, re.IGNORECASE)) for label, pattern in SIGNATURES)

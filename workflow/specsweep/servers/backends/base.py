@@ -55,6 +55,7 @@ class Backend:
     speculative_args: tuple[str, ...] = ()
     embedded: dict[str, str] = {}  # {"binary"|"model": provisioning target} when "embedded" is offered
     no_embedded: str = ""  # why a backend offers no embedded server or model, for the refusal
+    version_argv: tuple[str, ...] = ("--version",)  # after {binary}: prints the server's version (doctor)
     model_is_file: bool = False  # llama-server serves one GGUF file; the others load folders or hub ids
     health_route: str = "/health"
     health_timeout_s: float = 2.0

@@ -20,7 +20,7 @@ validates against), ``sglang/srt/entrypoints/http_server.py`` (routes), and
 
 from __future__ import annotations
 
-from specsweep.errors import InvalidResponse
+from specsweep.errors import ConfigError, InvalidResponse
 from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, get_json
 
 # (accepted, proposed) draft-token fields of meta_info, newest spelling first.
@@ -37,6 +37,7 @@ class SGLang(Backend):
     source = ("sglang 0.5.23: sglang/api/v1/api_types.py, srt/entrypoints/http_server.py, "
               "srt/managers/tokenizer_manager.py")
     binary = "python3"
+    version_argv = ("-c", "import sglang; print(sglang.__version__)")  # the Python that has it
     command = ("{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp", "{tp}",
                "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--enable-metrics")
     # Upstream's n-gram speculation; a DDTree fork's flags go in the study (config/sglang-ddtree.yaml).
@@ -71,14 +72,38 @@ class SGLang(Backend):
                      draft_accepted=int(accepted), verify_steps=int(verify) if isinstance(verify, int) else None)
 
     def facts(self, base_url: str, spec, *, headers=None) -> Facts:
+        # 0.5.23's contract (api/v1/api_types.py, GetServerInfoResponse) has max_context_length and
+        # max_total_num_tokens; newer servers return asdict(server_args) (so context_length is what we
+        # passed) plus the scheduler's max_total_num_tokens (the KV pool) and max_req_input_len
+        # (srt/entrypoints/http_server.py::get_server_info; shared/reference/servers.md, December).
         info = get_json(f"{base_url}/server_info", headers=headers) or get_json(
             f"{base_url}/get_server_info", headers=headers)  # before the rename
         context = info.get("max_context_length") or info.get("context_length")
         keep = ("tp_size", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_draft_model_path",
-                "speculative_ddtree_budget", "max_total_num_tokens", "mem_fraction_static", "cuda_graph_max_bs")
+                "speculative_ddtree_budget", "max_total_num_tokens", "max_req_input_len", "mem_fraction_static",
+                "cuda_graph_max_bs")
         return Facts(version=str(info.get("version") or "unknown"),
                      max_context=context if isinstance(context, int) else None,
                      detail={k: info[k] for k in keep if k in info})
+
+    def check_context(self, spec, facts: Facts) -> None:
+        """Beyond the context length: the KV pool and the longest input SGLang will take.
+
+        A pool smaller than prompt + output does not fail a request: the scheduler clips
+        max_new_tokens to what fits (srt/managers/scheduler.py, init_req_max_new_tokens), and the
+        run would fail later as a token shortfall. Refused here, before the first section.
+        """
+        super().check_context(spec, facts)
+        pool, longest = facts.detail.get("max_total_num_tokens"), facts.detail.get("max_req_input_len")
+        need = spec.context + spec.max_output_tokens
+        if isinstance(longest, int) and longest < spec.context:
+            raise ConfigError(f"sglang takes inputs of at most {longest} tokens (max_req_input_len), grid.context "
+                              f"is {spec.context}; lower grid.context, or raise --context-length and the KV pool")
+        if isinstance(pool, int) and pool < need:
+            raise ConfigError(f"sglang's KV cache holds {pool} tokens (max_total_num_tokens), one request needs {need} "
+                              f"(context {spec.context} + output {spec.max_output_tokens}), and sglang would cut "
+                              f"its output short; raise --mem-fraction-static, use more GPUs (grid.tp), or lower "
+                              f"grid.context or the sections' output_tokens")
 
     def acceptance_length(self, records, delta) -> float | None:
         steps = [r for r in records if r.verify_steps]

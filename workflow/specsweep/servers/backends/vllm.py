@@ -40,6 +40,7 @@ class VLLM(Backend):
     name = "vllm"
     source = "vllm 0.32.0: entrypoints/openai/completion/protocol.py, v1/spec_decode/metrics.py"
     binary = "python3"
+    version_argv = ("-c", "import vllm; print(vllm.__version__)")  # the Python that has it
     command = ("{binary}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
                "--tensor-parallel-size", "{tp}", "--max-model-len", "{ctx_size}", "--host", "{host}",
                "--port", "{port}", "--disable-uvicorn-access-log")

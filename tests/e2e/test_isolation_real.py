@@ -70,7 +70,7 @@ def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_i
     limit = doc["isolation"]["guard"]["max_foreign_cores"]
     for section in doc["sections"]:
         load_ = section["host_load"]
-        assert load_["cores"] > 0.5 and "python" in {p["name"] for p in load_["top"]}, load_  # the hog ran
+        assert load_["cores"] > 0.5 and any(p["name"].startswith("python") for p in load_["top"]), load_  # the hog
         assert load_["server_cpus"] == [cpus[0]] and load_["cores_on_server_cpus"] < limit, load_
         assert load_["method"] == "schedstat" and load_["contended_cores"] <= limit, load_
 

@@ -36,15 +36,10 @@ def points(grid: dict) -> list[dict]:
     return [dict(zip(order, combo)) for combo in itertools.product(*(grid[a] for a in order))]
 
 
-def text(value) -> str:
-    """An axis value as a name and a placeholder show it (0.85, q8_0, 4)."""
-    return str(value)
-
-
 def run_name(values: dict) -> str:
     """The file stem of one configuration, readable by a person: tp1-b4-ctx1024, tp1-b4-ctx1024-kvq8_0."""
     head = "-".join(f"{PREFIX[a]}{values[a]}" for a in BUILTIN)
-    return head + "".join(f"-{a}{text(v)}" for a, v in values.items() if a not in BUILTIN)
+    return head + "".join(f"-{a}{v}" for a, v in values.items() if a not in BUILTIN)
 
 
 def columns(frame_columns) -> list[str]:

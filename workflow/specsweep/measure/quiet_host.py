@@ -74,9 +74,11 @@ def foreign_used(before: Snapshot, after: Snapshot, *, own: set[int]) -> list[tu
     return sorted(used, reverse=True)
 
 
-def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: float) -> dict:
-    """CPU used by processes not in ``own`` between two snapshots: seconds, cores, the top users."""
-    used = foreign_used(before, after, own=own)
+def foreign_cpu(before: Snapshot, after: Snapshot, *, own: set[int], wall_s: float,
+                used: list[tuple[float, int, str]] | None = None) -> dict:
+    """CPU used by processes not in ``own`` between two snapshots: seconds, cores, the top users
+    (``used``: foreign_used's list, where the caller has it already)."""
+    used = foreign_used(before, after, own=own) if used is None else used
     total = sum(d for d, _, _ in used)
     return {
         "cpu_s": round(total, 4),
@@ -233,10 +235,11 @@ class SectionWatch:
         sched_after, pressure = schedstat(server), cpu_pressure()
         after = snapshot()
         own = set(self.own_pids()) | {os.getpid()} | ours(os.getpid())
-        doc = foreign_cpu(self.before, after, own=own, wall_s=wall_s)
+        used = foreign_used(self.before, after, own=own)
+        doc = foreign_cpu(self.before, after, own=own, wall_s=wall_s, used=used)
         cpus = server_cpus(server)
-        used = [{"pid": pid, "cpu_s": d} for d, pid, _ in foreign_used(self.before, after, own=own)]
-        doc["cores_on_server_cpus"] = round(on_cpus(used, cpus) / wall_s, 4) if wall_s > 0 else 0.0
+        theirs = on_cpus([{"pid": pid, "cpu_s": d} for d, pid, _ in used], cpus)
+        doc["cores_on_server_cpus"] = round(theirs / wall_s, 4) if wall_s > 0 else 0.0
         own_cpu = sum(after[p][1] - self.before.get(p, after[p])[1] for p in own if p in after)
         doc.update(contention(doc, waited_s(self.sched_before, sched_after), cpus,
                               own_cpu / wall_s if wall_s > 0 else 0.0, wall_s))

@@ -116,6 +116,7 @@ def test_a_sigkilled_vllm_leaves_no_engine_process_and_no_shared_memory(tmp_path
             client.stream_completion(backends.get("vllm"), f"http://127.0.0.1:{port}", prompt=[5] * 4000,
                                      n_predict=8, stall_timeout_s=30, section="s", index=0, t0=time.monotonic())
         time.sleep(1.0)
+        made = shm_files() - shm_before  # vLLM's own segments while it serves
         os.kill(pid, signal.SIGKILL)  # the API server alone: its engine and worker would live on
         err = proc.stderr.read()
         assert proc.wait(timeout=120) == 12, err
@@ -124,10 +125,16 @@ def test_a_sigkilled_vllm_leaves_no_engine_process_and_no_shared_memory(tmp_path
             os.killpg(proc.pid, signal.SIGKILL)
     assert "server-died" in err and not (tmp_path / "out.json").exists()
     assert not vllm_processes()
+    assert made, "vLLM made no shared memory: the test would prove nothing"
     left = shm_files() - shm_before - shm_in_use()
-    assert not left, f"shared memory left behind: {sorted(left)}"
+    assert not left and not made & shm_files(), f"shared memory left behind: {sorted(left | made & shm_files())}"
+    # Whether vLLM's engine removes some segments itself before the teardown's SIGKILL reaches it
+    # is a race (one CI run found it had removed all); whatever specsweep removed is named, in the
+    # server log and in the failure record.
     log = (tmp_path / "server.log").read_text()
-    removed = re.search(r"removed (\d+) shared-memory file\(s\)", log)
-    assert removed and int(removed.group(1)) > 0  # vLLM did leave some: they were named and removed
+    removed = re.search(r"removed (\d+) shared-memory file\(s\)[^:]*: (.*)", log)
     record = load(next((tmp_path / "failures" / "tp1-b4-ctx128").glob("*.json")))
-    assert record["class"] == "server-died" and "shared-memory" in record["server_log_tail"]
+    assert record["class"] == "server-died"
+    if removed:
+        assert {n.split(" (")[0] for n in removed.group(2).split(", ")} <= made
+        assert "shared-memory" in record["server_log_tail"]

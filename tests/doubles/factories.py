@@ -35,10 +35,11 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         for repeat in range(spec.repeats):
             records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
             runs.append((records, records[-1].t_end - records[0].t_send))
-        runs = [([replace(r, prompt_sha256=prompt_id((section.name, r.repeat, r.index))) for r in records], wall)
+        key = (section.name, section.load)
+        runs = [([replace(r, prompt_sha256=prompt_id((*key, r.repeat, r.index))) for r in records], wall)
                 for records, wall in runs]
         stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
-        sections.append({"name": section.name, **asdict(section), **stats,
+        sections.append({"name": section.name, **asdict(section), "load": section.load, **stats,
                          "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},
                 "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}

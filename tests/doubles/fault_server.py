@@ -50,6 +50,11 @@ stops gracefully on SIGTERM): the log then shows whether a stop was graceful or 
 one token accepted a step. With ``--remember`` it is a server whose caches learn the answers, as
 ngram-mod's pool and SGLang's NGRAM cache do across requests: a prompt it has answered before gets
 every drafted token accepted (three a step), so a re-sent prompt shows as higher acceptance.
+``--busy-above K --slow-ttft S`` is a server whose latency grows with load in a known way: a
+request that arrives while K others are in flight waits S seconds before its first token (a full
+batch, the queue's wait). With evenly spaced arrivals at rate r and requests of duration D, the
+requests in flight at an arrival are ceil(r * D) - 1, so the highest rate whose every TTFT stays
+below S is exactly K / D: what the goodput search must find.
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ class State:
         self.answered: set[str] = set()  # prompts seen (with --remember)
         self.drafts_total = 0
         self.accepted_total = 0
+        self.inflight = 0  # /completion requests being answered
+        self.busy_above = 0  # --busy-above: from this many in flight, a request waits slow_ttft
+        self.slow_ttft = 0.0
 
     def fire(self, what: str) -> None:
         if self.fault_log:
@@ -169,13 +177,18 @@ def make_handler(state: State):
             if self.path == "/completion":
                 with state.lock:
                     state.requests += 1
-                    number = state.requests
-                return self._complete(body, number)
+                    number, busy = state.requests, state.inflight
+                    state.inflight += 1
+                try:
+                    return self._complete(body, number, busy=busy)
+                finally:
+                    with state.lock:
+                        state.inflight -= 1
             if self.path == "/v1/completions":  # OpenAI style, for peer clients in benchmarks/
                 return self._openai_complete(body)
             return self._json(404, {"error": "not found"})
 
-        def _complete(self, body: dict, number: int) -> None:
+        def _complete(self, body: dict, number: int, *, busy: int = 0) -> None:
             here = number == state.at
             if here and state.fault == "http500-at-request":
                 state.fire(state.fault)
@@ -183,15 +196,21 @@ def make_handler(state: State):
             n_predict, n_prompt = body["n_predict"], len(body["prompt"])
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
+            # Chunked, as llama-server streams (cpp-httplib's set_chunked_content_provider in
+            # tools/server/server.cpp): each event reaches the client when it is sent.
+            self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Connection", "close")
             self.end_headers()
+            self.chunked = True
+            if state.busy_above and busy >= state.busy_above:
+                time.sleep(state.slow_ttft)
             produced = n_predict - 1 if here and state.fault == "short-at-request" else n_predict
             t0 = time.monotonic()
             for i in range(1, produced + 1):
                 if here and i == 3:
                     self._mid_stream_fault()
                     if state.fault == "drop-at-request":
-                        return  # Connection: close: the stream just ends, without its final event
+                        return  # Connection: close: the stream just ends, without its final event or last chunk
                 self._event({"content": " w", "tokens": [7], "stop": False, "tokens_predicted": i,
                              "tokens_evaluated": n_prompt})
                 time.sleep(state.delay)
@@ -214,6 +233,7 @@ def make_handler(state: State):
                                      "predicted_per_second": produced / (ms / 1000) if ms else 0,
                                      **({"draft_n": drafts * state.budget, "draft_n_accepted": accepted}
                                         if state.budget > 0 else {})}})
+            self.wfile.write(b"0\r\n\r\n")  # the chunked body's end
             self.wfile.flush()
             if here and state.fault == "die-after-request":
                 state.fire(state.fault)
@@ -265,16 +285,21 @@ def make_handler(state: State):
                 time.sleep(3600)
             elif state.fault == "error-at-request":
                 state.fire(state.fault)
-                self.wfile.write(b'data: {"error": {"code": 500, "message": "injected failure"}}\n\n')
+                self._raw(b'data: {"error": {"code": 500, "message": "injected failure"}}\n\n')
             elif state.fault == "badjson-at-request":
                 state.fire(state.fault)
-                self.wfile.write(b"data: {not json\n\n")
+                self._raw(b"data: {not json\n\n")
             elif state.fault == "drop-at-request":
                 state.fire(state.fault)
                 self.close_connection = True
 
         def _event(self, doc: dict) -> None:
-            self.wfile.write(f"data: {json.dumps(doc)}\n\n".encode())
+            self._raw(f"data: {json.dumps(doc)}\n\n".encode())
+
+        def _raw(self, data: bytes) -> None:
+            if getattr(self, "chunked", False):
+                data = f"{len(data):X}\r\n".encode() + data + b"\r\n"
+            self.wfile.write(data)
             self.wfile.flush()
 
     return Handler
@@ -297,11 +322,14 @@ def main() -> None:
     parser.add_argument("--echo-args", action="store_true", help="print the argv, as vLLM prints its args")
     parser.add_argument("--api-key", help="require this bearer token on every route but the public ones")
     parser.add_argument("--ignore-sigterm", action="store_true", help="only SIGKILL stops it (and its child)")
+    parser.add_argument("--busy-above", type=int, default=0, help="from this many requests in flight, a new one waits")
+    parser.add_argument("--slow-ttft", type=float, default=0.0, help="how long such a request waits (s)")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
     if args.echo_args:
         print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
     state = State(args.fault, args.fault_log, args.token_delay, args.api_key)
     state.budget, state.remember = args.budget, args.remember
+    state.busy_above, state.slow_ttft = args.busy_above, args.slow_ttft
     if state.fault == "exit-at-startup":
         print("error: the argument has been removed: --draft-max", file=sys.stderr, flush=True)
         sys.exit(1)

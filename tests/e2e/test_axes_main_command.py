@@ -31,11 +31,11 @@ def test_an_environment_variable_axis_runs_end_to_end(embedded, tmp_path):
         kv = name.rsplit("-kv", 1)[1]
         assert f"K ({kv})" in log and f"K ({'f16' if kv == 'q8_0' else 'q8_0'})" not in log, name
     summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert list(summary.columns[:6]) == ["name", "tp", "budget", "context", "kv", "section"]
+    assert list(summary.columns[:7]) == ["name", "tp", "budget", "context", "kv", "section", "load"]
     assert set(summary["status"]) == {"ok"} and summary["speedup"].notna().all()
     best = pd.read_csv(tmp_path / "results/best.csv")
     assert sorted(set(best["kv"])) == ["f16", "q8_0"] and len(best) == 2 * 2
-    assert "Best draft budget per tp, context, kv and section" in out
+    assert "Best draft budget per tp, context, kv, section and load" in out
     front = (tmp_path / "results/report/front.rst").read_text()
     assert "kv ['f16', 'q8_0']" in front and "     - kv" in front
     assert (tmp_path / "results/summary.png").read_bytes()[:4] == b"\x89PNG"

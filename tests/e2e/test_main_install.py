@@ -102,6 +102,6 @@ def test_every_readme_command_works_after_the_main_install_alone(checkout, tmp_p
     kv_line, = lines(block("snakemake --cores 1 results/summary.png --configfile config/kv-cache.yaml"))
     done = sh(checkout, kv_line)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Best draft budget per tp, context, kv and section" in done.stderr
+    assert "Best draft budget per tp, context, kv, section and load" in done.stderr
     kv = (checkout / "results/summary.csv").read_text().splitlines()[0].split(",")
-    assert kv[:6] == ["name", "tp", "budget", "context", "kv", "section"]
+    assert kv[:7] == ["name", "tp", "budget", "context", "kv", "section", "load"]

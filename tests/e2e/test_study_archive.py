@@ -283,7 +283,7 @@ def test_the_report_shows_the_answer_first_and_every_part_a_reader_needs(handed_
         assert category in first
 
     summary = reader.category("Summary")
-    assert {"summary table", "throughput and speedup figure", "best budget per tp, context and section"} <= \
+    assert {"summary table", "throughput and speedup figure", "best budget per tp, context, section and load"} <= \
         set(summary.splitlines())
     _, images = reader.open("Summary", "throughput and speedup figure")
     assert images >= 1

@@ -68,9 +68,9 @@ def test_a_successful_run_shows_each_measurement_then_the_answer_and_the_report_
     assert all(lines.values()), shown
     if lines["tp1-b0-ctx16"].start() < lines["tp1-b2-ctx16"].start():  # the baseline ran first: a speedup
         assert re.search(r"short [\d.]+ tok/s \([\d.]+x budget 0", lines["tp1-b2-ctx16"].group()), shown
-    answer = shown[shown.index("Best draft budget per tp, context and section"):]
-    assert re.search(r"^\s+1\s+16\s+short\s+[02]\s+[\d.]+\s+[\d.]+x", answer, re.M), answer
-    assert re.search(r"^\s+1\s+16\s+medium\s+[02]\s", answer, re.M), answer
+    answer = shown[shown.index("Best draft budget per tp, context, section and load"):]
+    assert re.search(r"^\s+1\s+16\s+short\s+c1\s+[02]\s+[\d.]+\s+[\d.]+x", answer, re.M), answer
+    assert re.search(r"^\s+1\s+16\s+medium\s+c1\s+[02]\s", answer, re.M), answer
     assert "Without a result: none." in answer
     assert "Report: snakemake --report results/report.html" in answer
 

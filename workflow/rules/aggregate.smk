@@ -16,7 +16,7 @@ rule summary_table:
             str(paths.REPORT / "best.html"),
             caption="../report/best.rst",
             category="Summary",
-            labels={"item": "best budget per tp, context and section"},
+            labels={"item": "best budget per tp, context, section and load"},
         ),
         failures=reported(
             str(paths.REPORT / "failures.html"),
@@ -44,7 +44,7 @@ rule summary_table:
         runs=str(paths.RUNS),
         failures=str(paths.FAILURES),
         invalid=str(paths.INVALID),
-        stale=str(paths.SUMMARY_PNG),
+        stale=f"{paths.SUMMARY_PNG} {paths.TRADEOFF_PNG}",
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
@@ -60,11 +60,17 @@ rule summary_plot:
     input:
         str(paths.SUMMARY_CSV),
     output:
-        reported(
+        figure=reported(
             str(paths.SUMMARY_PNG),
             caption="../report/summary.rst",
             category="Summary",
             labels={"item": "throughput and speedup figure"},
+        ),
+        tradeoff=reported(
+            str(paths.TRADEOFF_PNG),
+            caption="../report/tradeoff.rst",
+            category="Summary",
+            labels={"item": "per-user against per-GPU trade-off"},
         ),
     log:
         "logs/aggregate/plot.log",
@@ -72,14 +78,15 @@ rule summary_plot:
         title=get_plot_title,
         facets=get_plot_facets,
     shell:
-        "{PYTHON} -m specsweep plot --csv {input} --out {output} "
-        "--title {params.title:q} {params.facets} 2> {log}"
+        "{PYTHON} -m specsweep plot --csv {input} --out {output.figure} "
+        "--tradeoff {output.tradeoff} --title {params.title:q} {params.facets} 2> {log}"
 
 
 rule archive:
     input:
         str(paths.SUMMARY_CSV),
         str(paths.SUMMARY_PNG),
+        str(paths.TRADEOFF_PNG),
     output:
         str(paths.ARCHIVE),
     log:

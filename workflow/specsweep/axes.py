@@ -18,6 +18,13 @@ BUILTIN = ("tp", "budget", "context")
 # three-axis study keep their names, then -<axis><value> per study axis in declared order.
 PREFIX = {"tp": "tp", "budget": "b", "context": "ctx"}
 SECTION = "section"  # the summary's column after the axes
+LOAD = "load"  # and after it, the load level (c<concurrency>, r<rate>, or slo for the goodput search)
+
+
+def within(frame_columns) -> list[str]:
+    """The columns that tell one measurement of a configuration from another: section and load
+    (a summary written before load was a dimension has no load column)."""
+    return [c for c in (SECTION, LOAD) if c in list(frame_columns)]
 
 
 def names(grid: dict) -> list[str]:

@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
     plot.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
     plot.add_argument("--column", default=None, help="axis with panels of its own (plot.column)")
+    plot.add_argument("--tradeoff", type=Path, default=None,
+                      help="also draw tok/s per user against tok/s per GPU across load levels here")
     plot.set_defaults(func=cmd_plot)
 
     comp = sub.add_parser("compare", help="compare study B with study A, configuration by configuration")
@@ -387,10 +389,12 @@ def cmd_aggregate(args) -> int:
 def cmd_plot(args) -> int:
     import pandas as pd
 
-    from specsweep.analysis.plot import Facets, plot_summary
+    from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff
 
     frame = pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""})
     plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, args.x, args.line, args.column))
+    if args.tradeoff:
+        plot_tradeoff(frame, args.tradeoff, title=args.title)
     return 0
 
 

@@ -23,6 +23,42 @@ class Section:
     concurrency: int = 1
     request_rate: float | None = None  # requests/s of a seeded Poisson schedule; None = closed loop
 
+    @property
+    def load(self) -> str:
+        """The load level this section ran at, as the summary's load column names it."""
+        return load_label(self.concurrency, self.request_rate)
+
+
+SLO = "slo"  # the load column of the goodput search's row
+
+
+def load_label(concurrency: int, request_rate: float | None) -> str:
+    """c<concurrency> for a closed loop, r<requests/s> for an open one."""
+    return f"c{concurrency}" if request_rate is None else f"r{request_rate:g}"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A latency objective and the bounded search for the highest request rate that meets it."""
+
+    section: str  # the section whose output tokens and requests every step runs
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    start_rate: float = 1.0
+    precision: float = 0.1
+    max_steps: int = 8
+    arrival: str = "poisson"  # or "constant": evenly spaced send times
+
+    def met_by(self, ttft_p99_s: float | None, tpot_p99_s: float | None) -> bool:
+        """Whether one step's measured p99s are within the objective (an unmeasured one is not)."""
+        return all(bound is None or (got is not None and got <= bound)
+                   for bound, got in ((self.ttft_p99_s, ttft_p99_s), (self.tpot_p99_s, tpot_p99_s)))
+
+    def text(self) -> str:
+        parts = [f"p99 TTFT <= {self.ttft_p99_s:g} s" if self.ttft_p99_s is not None else "",
+                 f"p99 TPOT <= {self.tpot_p99_s * 1000:g} ms" if self.tpot_p99_s is not None else ""]
+        return " and ".join(p for p in parts if p)
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -60,6 +96,7 @@ class RunSpec:
     prompt_pins: dict = field(default_factory=dict)  # its wheel: {"version", "sha256"}
     reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
     axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
+    objective: Objective | None = None  # workload.objective: the goodput search after the sections
 
     @property
     def values(self) -> dict:
@@ -75,11 +112,26 @@ class RunSpec:
         return max([s.output_tokens for s in self.sections] + [self.warmup_output_tokens])
 
     @property
+    def search_section(self) -> Section | None:
+        """The shape every step of the goodput search runs (None without an objective)."""
+        if self.objective is None:
+            return None
+        return next(s for s in self.sections if s.name == self.objective.section)
+
+    @property
+    def points(self) -> list[tuple[str, str]]:
+        """(section, load) of every row this configuration gives the summary, in order."""
+        rows = [(s.name, s.load) for s in self.sections]
+        return rows + ([(self.objective.section, SLO)] if self.objective else [])
+
+    @property
     def prompts_needed(self) -> int:
-        """Prompts one server launch sends: warmup, and every section's requests in every repeat."""
+        """Prompts one server launch sends: warmup, every section's requests in every repeat, and
+        every step the goodput search may take."""
+        search = self.objective.max_steps * self.search_section.requests if self.objective else 0
         if self.reuse_prompts:
-            return self.warmup_requests + max(s.requests for s in self.sections)
-        return self.warmup_requests + self.repeats * sum(s.requests for s in self.sections)
+            return self.warmup_requests + max(s.requests for s in self.sections) + search
+        return self.warmup_requests + self.repeats * sum(s.requests for s in self.sections) + search
 
     @property
     def slots(self) -> int:
@@ -105,6 +157,7 @@ class RunSpec:
         doc["env"] = dict(self.env)
         doc["prompt_pins"] = dict(self.prompt_pins)
         doc["axes"] = dict(self.axes)
+        doc["objective"] = vars(self.objective).copy() if self.objective else None
         # Fields added after the first release are left out at their defaults, so that
         # upgrading specsweep never changes a finished configuration's params (and reruns it).
         for name, default in _LATER_FIELDS.items():
@@ -120,6 +173,8 @@ class RunSpec:
             fields["command"] = tuple(fields["command"])
             fields["speculative_args"] = tuple(fields["speculative_args"])
             fields["excluded_on"] = tuple((tuple(c), r) for c, r in fields.get("excluded_on", ()))
+            if fields.get("objective") is not None:
+                fields["objective"] = Objective(**fields["objective"])
             return cls(**fields, sections=sections)
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
@@ -134,4 +189,5 @@ class RunSpec:
 
 
 _LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
-                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {}}
+                 "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {},
+                 "objective": None}

@@ -110,7 +110,8 @@ RATES = {"tp1-b0-ctx64-kvf16": 100.0, "tp1-b4-ctx64-kvf16": 150.0, "tp1-b0-ctx64
 
 def test_summary_speedup_and_best_budget_are_per_value_of_the_study_axis(tmp_path):
     _, frame = kv_results(tmp_path, RATES)
-    assert list(frame.columns[:8]) == ["name", "tp", "budget", "context", "kv", "section", "status", "reason"]
+    assert list(frame.columns[:9]) == ["name", "tp", "budget", "context", "kv", "section", "load", "status",
+                                       "reason"]
     assert axes.columns(frame.columns) == ["tp", "budget", "context", "kv"]
     short = frame[frame["section"] == "short"].set_index("name")
     # Each budget against budget 0 at its own kv, never the other's baseline.
@@ -134,9 +135,10 @@ def test_front_page_and_terminal_answer_show_the_axis(tmp_path):
     assert "kv ['f16', 'q8_0']" in page and "     - kv" in page
     assert "For each tensor-parallel size, prompt length, kv" in page
     text = report.terminal_answer(tmp_path / "summary.csv", tmp_path / "best.csv")
-    assert "per tp, context, kv and section" in text
+    assert "per tp, context, kv, section and load" in text
     lines = [line.split() for line in text.splitlines() if line.startswith("   ") and "short" in line]
-    assert [(row[2], row[4]) for row in lines] == [("f16", "4"), ("q8_0", "0")]
+    assert [(row[2], row[3], row[4], row[5]) for row in lines] == [("f16", "short", "c1", "4"),
+                                                                     ("q8_0", "short", "c1", "0")]
 
 
 def test_the_figure_gives_the_column_axis_panels_and_never_joins_its_values(tmp_path):
@@ -196,11 +198,17 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     cfg = study.validate_study(yaml.safe_load((folder / "study.yaml").read_text()))
     old = pd.read_csv(folder / "results" / "summary.csv")
     frame = aggregate.summarize(cfg, folder / "results" / "runs", folder / "results" / "failures")
-    assert set(frame["status"]) == {"ok"} and list(frame.columns) == list(old.columns)
-    pd.testing.assert_frame_equal(frame.drop(columns="reason"), old.drop(columns="reason"), check_dtype=False)
+    # Read as they are, with what came later: the load each section ran at (closed loop, one in
+    # flight: c1) and the goodput search's columns, empty (that study declared no objective).
+    added = ["load", *aggregate.SEARCH_COLUMNS]
+    assert set(frame["status"]) == {"ok"} and [c for c in frame.columns if c not in added] == list(old.columns)
+    assert set(frame["load"]) == {"c1"} and frame[list(aggregate.SEARCH_COLUMNS)].isna().all().all()
+    pd.testing.assert_frame_equal(frame.drop(columns=["reason", *added]), old.drop(columns="reason"),
+                                  check_dtype=False)
     best = report.best_table(old)
-    pd.testing.assert_frame_equal(best.fillna(""), pd.read_csv(folder / "results" / "best.csv", dtype={
-        "within_noise": str, "budgets_measured": str, "budgets_missing": str}).fillna(""), check_dtype=False)
+    pd.testing.assert_frame_equal(best.drop(columns="sustained_rate_rps").fillna(""), pd.read_csv(
+        folder / "results" / "best.csv", dtype={"within_noise": str, "budgets_measured": str,
+                                                "budgets_missing": str}).fillna(""), check_dtype=False)
     answer = report.terminal_answer(folder / "results" / "summary.csv", folder / "results" / "best.csv")
     assert any(line.split()[:4] == ["1", "64", "short", "0"] for line in answer.splitlines()), answer
     out = tmp_path / "c.csv"

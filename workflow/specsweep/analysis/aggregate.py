@@ -11,7 +11,7 @@ from specsweep import axes
 from specsweep.errors import ConfigError, IncomparableResults, ResultRefused, advice_for
 from specsweep.records import paths
 from specsweep.records.failure import Failure
-from specsweep.records.result import METRICS
+from specsweep.records.result import METRICS, SEARCH_COLUMNS
 from specsweep.records.store import (
     InvalidResult,
     failure_record,
@@ -26,12 +26,13 @@ from specsweep.spec import RunSpec
 from specsweep.study.grid import expand_grid
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
-METRIC_COLUMNS = list(METRICS)  # declared with the result document that fills them
+METRIC_COLUMNS = [*METRICS, *SEARCH_COLUMNS]  # declared with the result document that fills them
 
 
 def key_columns(axis_names: list[str]) -> list[str]:
-    """The summary's first columns: the name, every axis (axes.columns finds them again), the section."""
-    return ["name", *axis_names, axes.SECTION, "status", "reason"]
+    """The summary's first columns: the name, every axis (axes.columns finds them again), the
+    section and the load level."""
+    return ["name", *axis_names, axes.SECTION, axes.LOAD, "status", "reason"]
 
 
 def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
@@ -107,16 +108,18 @@ def measured_otherwise(result, spec: RunSpec) -> str | None:
 
 
 def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[dict]:
-    return [{**base, "section": s.name, "status": status, "reason": reason} for s in spec.sections]
+    return [{**base, axes.SECTION: section, axes.LOAD: load, "status": status, "reason": reason}
+            for section, load in spec.points]
 
 
 def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
-    """speedup = output tok/s over that of budget 0 at the same values of every other axis and section.
+    """speedup = output tok/s over that of budget 0 at the same values of every other axis, section
+    and load (in the goodput search's row: goodput over budget 0's goodput).
 
     Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
     """
     ok = frame[frame["status"] == OK]
-    same = [a for a in axes.columns(frame.columns) if a != "budget"] + [axes.SECTION]
+    same = [a for a in axes.columns(frame.columns) if a != "budget"] + axes.within(frame.columns)
     base = ok[ok["budget"] == 0].set_index(same)["output_tok_s"]
     keys = list(zip(*(frame[c] for c in same)))
     baseline = pd.Series([base.get(k) for k in keys], index=frame.index, dtype="float64")

@@ -28,8 +28,11 @@ from specsweep.analysis.aggregate import EXCLUDED, OK
 from specsweep.errors import ConfigError
 from specsweep.records.result import ACROSS_STUDIES, Result
 from specsweep.records.store import InvalidResult, read_result
+from specsweep.spec import SLO
 
-KEYS = ["name", "section"]  # a configuration's name says every axis value (axes.run_name): pairs match on all
+# A configuration's name says every axis value (axes.run_name): pairs match on all, then on the
+# section and load level it was measured at.
+KEYS = ["name", "section", "load"]
 FASTER, SLOWER, SAME = "faster", "slower", "~"
 NEWLY_FAILING, FIXED = "newly failing", "fixed"
 SEED = 0  # the bootstrap is seeded: the same two studies always give the same table
@@ -63,7 +66,19 @@ def open_study(path: Path, tmp: Path) -> Study:
             runs[name] = read_result(folder / "runs" / f"{name}.json")
         except InvalidResult as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-    return Study(label=str(path), summary=summary, runs=runs)
+    return Study(label=str(path), summary=_with_load(summary, runs), runs=runs)
+
+
+def _with_load(summary: pd.DataFrame, runs: dict[str, Result]) -> pd.DataFrame:
+    """A summary written before load was a dimension: each section ran at one load, which its
+    results say (every configuration of a study runs the same sections)."""
+    if axes.LOAD in summary.columns:
+        return summary
+    loads = {s["name"]: s["load"] for r in runs.values() for s in r.sections}
+    summary = summary.copy()
+    summary.insert(list(summary.columns).index(axes.SECTION) + 1, axes.LOAD,
+                   [loads.get(section, "") for section in summary[axes.SECTION]])
+    return summary
 
 
 def _unpack(archive: Path, tmp: Path) -> Path:
@@ -94,8 +109,12 @@ def check_comparable(a: Study, b: Study) -> None:
                               f"compare studies of one {key}")
 
 
-def repeats_of(result: Result, section: str) -> list[float]:
-    return next(s["output_tok_s_repeats"] for s in result.sections if s["name"] == section)
+def repeats_of(result: Result, section: str, load: str) -> list[float]:
+    """Each repeat's output tok/s; of the goodput search (load slo), its goodput, if a rate met the objective."""
+    if load == SLO:
+        goodput = (result.search or {}).get("goodput_tok_s")
+        return [] if goodput is None else [goodput]
+    return next(s["output_tok_s_repeats"] for s in result.sections if s["name"] == section and s["load"] == load)
 
 
 def min_repeats(alpha: float) -> int:
@@ -155,7 +174,11 @@ def _row(a: Study, b: Study, row: dict, alpha: float) -> dict:
     if why_not:
         out["verdict"], out["why"] = "incomparable", why_not
         return out
-    xa, xb = repeats_of(result_a, row["section"]), repeats_of(result_b, row["section"])
+    xa, xb = (repeats_of(r, row["section"], row["load"]) for r in (result_a, result_b))
+    if not xa or not xb:
+        out["verdict"], out["why"] = "incomparable", "no rate met the objective on " + (
+            "either side" if not xa and not xb else "A" if not xa else "B")
+        return out
     out.update(n_a=len(xa), n_b=len(xb), median_a=float(np.median(xa)), median_b=float(np.median(xb)))
     out["ratio"] = out["median_b"] / out["median_a"]
     out["ci_low"], out["ci_high"] = _ratio_interval(xa, xb, alpha)
@@ -226,13 +249,13 @@ def regressions(frame: pd.DataFrame, threshold: float) -> pd.DataFrame:
 
 def table(frame: pd.DataFrame) -> str:
     """The terminal table, benchstat-like: both medians, the ratio with its interval, the verdict."""
-    lines = [f"{'configuration':<22}{'section':<9}{'A tok/s':>10}{'B tok/s':>10}  {'B/A':<24}verdict"]
+    lines = [f"{'configuration':<22}{'section':<9}{'load':<6}{'A tok/s':>10}{'B tok/s':>10}  {'B/A':<24}verdict"]
     for r in frame.itertuples():
         if pd.isna(r.ratio):
-            lines.append(f"{r.name:<22}{r.section:<9}{'':>10}{'':>10}  {'':<24}{r.verdict}: {r.why}")
+            lines.append(f"{r.name:<22}{r.section:<9}{r.load:<6}{'':>10}{'':>10}  {'':<24}{r.verdict}: {r.why}")
             continue
         band = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if not pd.isna(r.ci_low) else "(no interval)"
-        lines.append(f"{r.name:<22}{r.section:<9}{r.median_a:>10.1f}{r.median_b:>10.1f}  "
+        lines.append(f"{r.name:<22}{r.section:<9}{r.load:<6}{r.median_a:>10.1f}{r.median_b:>10.1f}  "
                      f"{r.ratio:.3f} {band:<18}{r.verdict} ({r.why})")
     return "\n".join(lines)
 

@@ -26,6 +26,7 @@ import seaborn as sns  # noqa: E402
 
 from specsweep import axes as grid_axes  # noqa: E402
 from specsweep.analysis.aggregate import EXCLUDED, OK, not_ok  # noqa: E402
+from specsweep.spec import SLO  # noqa: E402
 
 LABELS = {
     "output_tok_s": "output tok/s (section wall time)",
@@ -72,12 +73,27 @@ def _label(axis_names, values) -> str:
     return ", ".join(f"{'ctx' if a == 'context' else a} {v}" for a, v in zip(axis_names, values))
 
 
-def _panels(frame: pd.DataFrame, facets: Facets) -> list[tuple[str, object]]:
-    """(section, value of the column axis or None) of each column of panels, in the workload's order."""
-    sections = list(dict.fromkeys(frame["section"]))
+def measurements(frame: pd.DataFrame) -> list[tuple[str, str | None]]:
+    """(section, load) of each measurement of a configuration, in the workload's order (load None
+    in a summary written before load was a dimension)."""
+    loads = frame[grid_axes.LOAD] if grid_axes.LOAD in frame.columns else [None] * len(frame)
+    return list(dict.fromkeys(zip(frame[grid_axes.SECTION], loads)))
+
+
+def _panels(frame: pd.DataFrame, facets: Facets) -> list[tuple[tuple, object]]:
+    """((section, load), value of the column axis or None) of each column of panels, in the workload's order."""
+    sections = measurements(frame)
     if facets.column is None:
         return [(s, None) for s in sections]
     return [(s, v) for v in sorted(frame[facets.column].unique(), key=_sort_key) for s in sections]
+
+
+def _title(measurement: tuple[str, str | None], frame: pd.DataFrame) -> str:
+    """The section, and its load where some section ran at more than one."""
+    section, load = measurement
+    if load is None or frame.groupby(grid_axes.SECTION)[grid_axes.LOAD].nunique().max() < 2:
+        return section
+    return f"{section} at {'goodput (' + SLO + ')' if load == SLO else load}"
 
 
 _sort_key = grid_axes.sort_key
@@ -97,7 +113,7 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets |
     ok = frame[frame["status"] == OK]
     draw = Drawing(facets, palette, styles, xs)
     for col, (section, value) in enumerate(panels):
-        where = f"{section}" + (f", {facets.column} {value}" if facets.column else "")
+        where = _title(section, frame) + (f", {facets.column} {value}" if facets.column else "")
         part = _select(ok, section, facets.column, value)
         _panel(axes[0, col], part, "output_tok_s", f"{where}: output tok/s", draw)
         _panel(axes[1, col], part.dropna(subset=["speedup"]), "speedup", f"{where}: speedup over budget 0", draw)
@@ -118,8 +134,11 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets |
     return fig
 
 
-def _select(frame: pd.DataFrame, section: str, column: str | None, value) -> pd.DataFrame:
-    keep = frame["section"] == section
+def _select(frame: pd.DataFrame, measurement: tuple[str, str | None], column: str | None, value) -> pd.DataFrame:
+    section, load = measurement
+    keep = frame[grid_axes.SECTION] == section
+    if load is not None:
+        keep &= frame[grid_axes.LOAD] == load
     if column is not None:
         keep &= frame[column] == value
     return frame[keep]
@@ -213,7 +232,7 @@ def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     Significant changes are filled (green faster, red slower), "no significant difference" is a
     hollow grey mark; configurations that are not a number are listed under the figure.
     """
-    sections = list(dict.fromkeys(frame["section"]))
+    sections = measurements(frame)
     tps = sorted(frame["tp"].unique())
     # Marker and offset per combination of the axes other than tp and budget (context, the study's own).
     others = [a for a in grid_axes.columns(frame.columns) if a not in ("tp", "budget")]
@@ -228,7 +247,7 @@ def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     numbers = frame[frame["ratio"].notna()]
     for (row, tp), (col, section) in ((r, c) for r in enumerate(tps) for c in enumerate(sections)):
         ax = axes[row, col]
-        part = numbers[(numbers["tp"] == tp) & (numbers["section"] == section)]
+        part = _select(numbers[numbers["tp"] == tp], section, None, None)
         for i, r in zip(part.index, part.itertuples()):
             kind, color = group[i], COMPARE_MARKS.get(r.verdict, "grey")
             x = r.budget + offsets[kind] * max(1, max(frame["budget"]) / 8)
@@ -238,7 +257,7 @@ def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
             ax.scatter([x], [r.ratio], marker=markers[kind], s=70, edgecolors=color, linewidths=1.5,
                        facecolors=color if r.verdict in ("faster", "slower") else "none", zorder=3)
         ax.axhline(1.0, color="black", lw=1, ls="--")
-        ax.set_title(f"tp {tp}, {section}: B/A output tok/s", fontsize=10)
+        ax.set_title(f"tp {tp}, {_title(section, frame)}: B/A output tok/s", fontsize=10)
         ax.set_xticks(sorted(frame["budget"].unique()))
         ax.set_xlabel("draft budget")
         ax.set_ylabel("B / A (median of repeats)" if col == 0 else "")
@@ -254,3 +273,71 @@ def plot_compare(frame: pd.DataFrame, out: Path, *, title: str) -> None:
     others = frame[frame["ratio"].isna()].drop_duplicates("name")
     footer = "\n".join(textwrap.shorten(f"{r.name}: {r.verdict}: {r.why}", 150) for r in others.itertuples())
     _save(fig, out, footer, top=0.9)
+
+
+TRADEOFF_LABELS = {"x": "output tok/s per GPU (output tok/s / tp)",
+                   "y": "tok/s per user (each request's decode rate, mean)"}
+
+
+def plot_tradeoff(frame: pd.DataFrame, out: Path, *, title: str):
+    """The serving trade-off, one panel per section: tok/s per user against tok/s per GPU, one
+    curve per configuration across its load levels (colour = budget, style = the other axes), the
+    points no other beats on both marked as the frontier. The goodput search's rows are left out
+    (they are a rate, not a level); configurations without a result are named in their panel and
+    listed under the figure, never drawn as zero. Returns the (closed) figure."""
+    sections = list(dict.fromkeys(frame[grid_axes.SECTION]))
+    loads = frame[grid_axes.LOAD] if grid_axes.LOAD in frame.columns else pd.Series("", index=frame.index)
+    levels = frame[loads != SLO].copy()
+    levels["per_gpu"] = levels["output_tok_s"].astype("float64") / levels["tp"]
+    levels["per_user"] = levels["decode_tok_s_mean"].astype("float64")
+    others = [a for a in grid_axes.columns(frame.columns) if a != "budget"]
+    budgets = sorted(frame["budget"].unique(), key=_sort_key)
+    palette = dict(zip(budgets, sns.color_palette("viridis", len(budgets))))
+    styles = tp_style(list({tuple(r[a] for a in others) for r in frame.to_dict("records")}))
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(sections), figsize=(max(9.0, 5.2 * len(sections)), 6.2), squeeze=False)
+    for col, section in enumerate(sections):
+        ax = axes[0, col]
+        part = levels[(levels[grid_axes.SECTION] == section) & (levels["status"] == OK)].dropna(
+            subset=["per_gpu", "per_user"])
+        for _, curve in part.groupby("name", sort=False):
+            first = curve.iloc[0]
+            line, marker = styles[tuple(first[a] for a in others)]
+            ax.plot(curve["per_gpu"], curve["per_user"], ls=line, marker=marker, color=palette[first["budget"]])
+            for row in curve.itertuples():
+                ax.annotate(str(getattr(row, grid_axes.LOAD, "")), (row.per_gpu, row.per_user), fontsize=7,
+                            textcoords="offset points", xytext=(4, 4), color="dimgrey")
+        front = frontier(part[["per_gpu", "per_user"]].to_numpy().tolist())
+        if front:
+            ax.plot(*zip(*front), color="black", ls="--", lw=1, zorder=1)
+            ax.scatter(*zip(*front), s=160, facecolors="none", edgecolors="black", zorder=4)
+        missing = frame[(frame[grid_axes.SECTION] == section) & (frame["status"] != OK)]["name"].unique()
+        if len(missing):
+            ax.text(0.01, 0.99, "no result: " + ", ".join(missing), transform=ax.transAxes, va="top",
+                    fontsize=8, color="crimson", wrap=True)
+        ax.set_title(f"{section}: per user against per GPU", fontsize=10)
+        ax.set_xlabel(TRADEOFF_LABELS["x"])
+        ax.set_ylabel(TRADEOFF_LABELS["y"] if col == 0 else "")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+    handles = [plt.Line2D([], [], color=c, marker="o", label=f"budget {b}") for b, c in palette.items()]
+    if len(styles) > 1:
+        handles += [plt.Line2D([], [], color="black", ls=line, marker=marker, label=_label(others, key))
+                    for key, (line, marker) in styles.items()]
+    handles.append(plt.Line2D([], [], color="black", ls="--", marker="o", markerfacecolor="none",
+                              label="frontier (no point beats it on both)"))
+    fig.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.9),
+               ncol=min(len(handles), 4), frameon=False)
+    fig.suptitle(f"{title}\none curve per configuration across its load levels\n(point labels: c<n> = n "
+                 f"requests in flight, r<x> = x requests/s)", fontsize=11, y=0.995)
+    _save(fig, out, _footer(frame), top=0.78)
+    return fig
+
+
+def frontier(points: list[list[float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both coordinates (Pareto), by increasing x."""
+    best: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (-p[0], -p[1])):
+        if not best or y > best[-1][1]:
+            best.append((x, y))
+    return sorted(best)

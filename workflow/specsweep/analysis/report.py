@@ -15,15 +15,16 @@ from specsweep import axes
 from specsweep.analysis.aggregate import OK, not_ok
 from specsweep.records import store
 from specsweep.records.result import Result
+from specsweep.spec import SLO, Objective
 from specsweep.study.grid import expand_grid
 
 RESULT_COLUMNS = ["best_budget", "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_min",
-                  "speedup_max", "within_noise", "budgets_measured", "budgets_missing"]
+                  "speedup_max", "sustained_rate_rps", "within_noise", "budgets_measured", "budgets_missing"]
 
 
 def groups_of(frame: pd.DataFrame) -> list[str]:
-    """What the best budget is chosen per: every axis but the budget, then the section."""
-    return [a for a in axes.columns(frame.columns) if a != "budget"] + [axes.SECTION]
+    """What the best budget is chosen per: every axis but the budget, then the section and load."""
+    return [a for a in axes.columns(frame.columns) if a != "budget"] + axes.within(frame.columns)
 
 
 def keys_of_best(best: pd.DataFrame) -> list[str]:
@@ -39,17 +40,22 @@ def best_table(frame: pd.DataFrame) -> pd.DataFrame:
     Budget 0 competes too: when speculation is slower, the answer is 0.
     """
     rows = []
-    keys = groups_of(frame)
-    order = {name: i for i, name in enumerate(dict.fromkeys(frame["section"]))}  # the workload's order
+    keys, inside = groups_of(frame), axes.within(frame.columns)
+    # The axes in their sort order, sections and loads in the workload's.
+    order = {c: {v: i for i, v in enumerate(dict.fromkeys(frame[c]))} for c in inside}
     groups = sorted(frame.groupby(keys, sort=False),
-                    key=lambda g: (*(axes.sort_key(v) for v in g[0][:-1]), order[g[0][-1]]))
+                    key=lambda g: (*(axes.sort_key(v) for v in g[0][:-len(inside)]),
+                                   *(order[c][v] for c, v in zip(inside, g[0][-len(inside):]))))
     for key, group in groups:
         where = dict(zip(keys, key))
         measured = group[group["status"] == OK]
         missing = sorted(set(group["budget"]) - set(measured["budget"]))
-        if measured.empty:
-            rows.append({**where, "best_budget": None, "budgets_measured": "", "budgets_missing": _budgets(missing)})
+        valued = measured.dropna(subset=["output_tok_s"])  # a goodput search that met no rate has none
+        if valued.empty:
+            rows.append({**where, "best_budget": None, "budgets_measured": _budgets(measured["budget"]),
+                         "budgets_missing": _budgets(missing)})
             continue
+        measured = valued
         best = measured.loc[measured["output_tok_s"].idxmax()]
         close = measured[(measured["budget"] != best["budget"])
                          & (measured["output_tok_s_max"] >= best["output_tok_s_min"])]
@@ -57,6 +63,7 @@ def best_table(frame: pd.DataFrame) -> pd.DataFrame:
             **where, "best_budget": int(best["budget"]),
             **{c: best[c] for c in ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup",
                                     "speedup_min", "speedup_max")},
+            "sustained_rate_rps": best.get("sustained_rate_rps"),
             "within_noise": _budgets(close["budget"]), "budgets_measured": _budgets(measured["budget"]),
             "budgets_missing": _budgets(missing),
         })
@@ -73,21 +80,25 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
     title = f"specsweep: {config['study']}"
     keys = keys_of_best(best)
     grid = ", ".join(f"{a} {config['grid'][a]}" for a in axes.names(config["grid"]))
-    per = ", ".join(_AXIS_WORDS.get(a, a) for a in keys[:-1])
+    per = ", ".join(_AXIS_WORDS.get(a, a) for a in keys if a not in axes.within(keys))
+    objective = (config["workload"].get("objective") or {})
     lines = [title, "=" * len(title), "",
              f"{config['model']['name']} on {config['backend']}; grid: {grid}. "
              f"{frame['name'].nunique() - len(bad)} of {frame['name'].nunique()} configurations measured.", "",
              "Best draft budget", "-----------------", "",
-             f"For each {per} and section: the budget with the highest output "
+             f"For each {per}, section and load level: the budget with the highest output "
              "throughput (budget 0 = no speculation, so 0 means speculation did not pay), its tok/s and speedup "
              "over budget 0 with the min-max of the repeats, and the other budgets whose repeats reach the "
-             "best one's slowest repeat, i.e. within noise of it. Also in results/best.csv.", "",
+             "best one's slowest repeat, i.e. within noise of it. Also in results/best.csv. Load c<n> is a "
+             "closed loop with n requests in flight, r<x> an open loop of x requests/s."
+             + (_objective_words(objective) if objective else ""), "",
              ".. list-table::", "   :header-rows: 1", ""]
     heads = [*keys, "best budget", "output tok/s (min-max)", "speedup (min-max)", "within noise", "no result"]
     lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
     for row in best.to_dict("records"):
         cells = [row[k] for k in keys] + [
-            "none measured" if pd.isna(row["best_budget"]) else int(row["best_budget"]),
+            _none_best(row) if pd.isna(row["best_budget"]) else f"{int(row['best_budget'])}"
+            + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
             _span(row["speedup"], row["speedup_min"], row["speedup_max"], ".2f"),
             row["within_noise"] or "none", row["budgets_missing"] or "none"]
@@ -103,6 +114,19 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
 
 
 _AXIS_WORDS = {"tp": "tensor-parallel size", "context": "prompt length"}
+
+
+def _objective_words(objective: dict) -> str:
+    bound = Objective(**objective)
+    return (f" Load slo is the goodput search: the highest request rate (open loop) whose {bound.text()}, found "
+            f"by bracketing from {bound.start_rate:g} req/s and bisecting to within {bound.precision:.0%} in at most "
+            f"{bound.max_steps} steps; its tok/s is the goodput at that rate, its speedup the goodput over "
+            f"budget 0's.")
+
+
+def _none_best(row: dict) -> str:
+    """A group without a best budget: nothing measured, or (the goodput search) no rate within the objective."""
+    return "none within the objective" if row.get("budgets_measured") else "none measured"
 
 
 def _span(value, low, high, fmt: str) -> str:
@@ -160,8 +184,8 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
 
 
 def _measured(result: Result, rows: pd.DataFrame) -> str:
-    table = rows[["section", "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "ttft_p50_s",
-                  "tpot_p50_s", "acceptance_length", "draft_acceptance_rate"]]
+    table = rows[[*axes.within(rows.columns), "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup",
+                  "ttft_p50_s", "tpot_p50_s", "acceptance_length", "draft_acceptance_rate", "sustained_rate_rps"]]
     facts = {"server command": " ".join(result.server["command"]), "server version": result.server["version"],
              "model": json.dumps(result.model), "hardware": json.dumps(result.hardware),
              "started / finished": f"{result.started_at} / {result.finished_at}"}
@@ -185,7 +209,7 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
     store.write_text_atomic(best_csv, best.to_csv(index=False))
     store.write_text_atomic(front, front_page(config, frame, best))
     summary_html, best_html = tables_html
-    keys = ["name", *axes.columns(frame.columns), axes.SECTION]
+    keys = ["name", *axes.columns(frame.columns), *axes.within(frame.columns)]
     shown = frame[keys + [c for c in SUMMARY_SHOWN if c in frame.columns]]
     store.write_text_atomic(summary_html, table_page("Summary table", shown, "Every column is in results/summary.csv."))
     store.write_text_atomic(best_html, table_page("Best draft budget", best, "Also in results/best.csv."))
@@ -198,36 +222,42 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
 def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> str:
     """What the terminal shows when the main command succeeds: the best budgets (a few lines of
     results/best.csv), what has no result and why, and where to look next."""
-    best = pd.read_csv(best_csv, dtype={"within_noise": "string"}).fillna({"within_noise": ""})
+    best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string"}).fillna(
+        {"within_noise": "", "budgets_measured": ""})
     frame = pd.read_csv(summary_csv, dtype={"reason": "string"}).fillna({"reason": ""})
     keys = keys_of_best(best)
-    axes_shown, widths = keys[:-1], {k: max(len(k), _MIN_WIDTH.get(k, 0), *(len(str(v)) for v in best[k]))
-                                      for k in keys}
+    inside = axes.within(keys)
+    axes_shown, widths = keys[:-len(inside)], {k: max(len(k), _MIN_WIDTH.get(k, 0), *(len(str(v)) for v in best[k]))
+                                               for k in keys}
 
     def where(row) -> str:
         return (" ".join(f"{row[k]!s:>{widths[k]}}" for k in axes_shown)
-                + f"  {row[axes.SECTION]!s:<{widths[axes.SECTION]}}")
+                + "".join(f"  {row[k]!s:<{widths[k]}}" for k in inside))
 
     per = f"{', '.join(keys[:-1])} and {keys[-1]}"
     lines = ["", f"Best draft budget per {per} ({best_csv}; 0 = speculation did not pay):",
              f"  {where({k: k for k in keys})} {'best':>5} {'tok/s':>8} {'speedup':>8}  within noise"]
     for row in best.head(limit).to_dict("records"):
         if pd.isna(row["best_budget"]):
-            lines.append(f"  {where(row)} {'-':>5}  no budget measured")
+            lines.append(f"  {where(row)} {'-':>5}  "
+                         + ("no budget within the objective" if row.get("budgets_measured") else "no budget measured"))
             continue
+        sustained = (f"  (sustains {row['sustained_rate_rps']:.3g} req/s)"
+                     if row.get(axes.LOAD) == SLO and not pd.isna(row.get("sustained_rate_rps")) else "")
         lines.append(f"  {where(row)} {int(row['best_budget']):>5} {row['output_tok_s']:>8.1f} "
-                     f"{_times(row['speedup']):>8}  {row['within_noise'] or 'none'}")
+                     f"{_times(row['speedup']):>8}  {row['within_noise'] or 'none'}{sustained}")
     if len(best) > limit:
         lines.append(f"  ... {len(best) - limit} more rows in {best_csv}")
     bad = not_ok(frame)
     lines.append("Without a result: " + ("none." if bad.empty else ", ".join(
         f"{r.name} ({r.status}: {r.reason})" for r in bad.itertuples())))
-    lines += [f"Figure: results/summary.png; table: {summary_csv}.",
+    lines += [f"Figures: results/summary.png, results/tradeoff.png (per user against per GPU); table: {summary_csv}.",
               "Report: snakemake --report results/report.html   (one file, opened in any browser)"]
     return "\n".join(lines)
 
 
-_MIN_WIDTH = {"tp": 3, "context": 8, axes.SECTION: 12}  # the terminal's columns as they were before axes were data
+# The terminal's columns as they were before axes were data (and load a column).
+_MIN_WIDTH = {"tp": 3, "context": 8, axes.SECTION: 12, axes.LOAD: 4}
 
 
 def _times(value) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specsweep import __version__
 from specsweep.errors import ClientOverload, ConfigError, InvalidResponse, PromptReused, SpecsweepError
-from specsweep.measure import client, host_facts, leases, provenance, quiet_host, section_stats, workload
+from specsweep.measure import client, goodput, host_facts, leases, provenance, quiet_host, section_stats, workload
 from specsweep.measure.quiet_host import Guard
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
@@ -155,20 +155,25 @@ def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
     """One line for the terminal: per section tok/s, speedup over budget 0 (when it is measured
     already, in this study's folder) and acceptance length."""
     base = _baseline_rates(spec, runs_dir) if spec.budget > 0 else {}
+    levels = len({s["load"] for s in doc["sections"]}) > 1
     parts = []
     for section in doc["sections"]:
-        extra = []
-        if section["name"] in base:
-            extra.append(f"{section['output_tok_s'] / base[section['name']]:.2f}x budget 0")
+        extra, key = [], (section["name"], section["load"])
+        if key in base:
+            extra.append(f"{section['output_tok_s'] / base[key]:.2f}x budget 0")
         if section.get("acceptance_length") is not None:
             extra.append(f"acceptance {section['acceptance_length']:.2f}")
         shown = f" ({', '.join(extra)})" if extra else ""
-        parts.append(f"{section['name']} {section['output_tok_s']:.1f} tok/s{shown}")
+        parts.append(f"{section['name']}{' ' + section['load'] if levels else ''} "
+                     f"{section['output_tok_s']:.1f} tok/s{shown}")
+    if doc.get("search") and doc["search"]["goodput_tok_s"] is not None:
+        parts.append(f"goodput {doc['search']['goodput_tok_s']:.1f} tok/s at {doc['search']['sustained_rate_rps']:.3g} "
+                     f"req/s")
     return "measured: " + "; ".join(parts)
 
 
-def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[str, float]:
-    """Output tok/s per section of the same other axes at budget 0, if its result is here."""
+def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[tuple[str, str], float]:
+    """Output tok/s per section and load of the same other axes at budget 0, if its result is here."""
     from specsweep.axes import run_name
     from specsweep.records.store import InvalidResult, read_result
 
@@ -178,7 +183,7 @@ def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[str, float]:
         return {}
     if base.spec.get("study") != spec.study:
         return {}
-    return {s["name"]: s["output_tok_s"] for s in base.sections}
+    return {(s["name"], s["load"]): s["output_tok_s"] for s in base.sections}
 
 
 @contextmanager
@@ -213,7 +218,44 @@ def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str
             watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus,
                                             server_pids=server.tree_pids)
             sections.append(_run_one_section(spec, server, section, plan, seen, watch))
-    return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections}
+    search = _search_goodput(spec, server, guard, gpus, plan, seen) if spec.objective else None
+    return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections,
+            "search": search}
+
+
+def _search_goodput(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...],
+                    plan: workload.PromptPlan, seen: dict[str, str]) -> dict:
+    """The highest request rate within the objective, on this launch (goodput.Search).
+
+    Each step is a section of its own: fresh prompts, the liveness checks, counters, schedule
+    and guard exactly as for the study's sections, so a step the client could not schedule fails
+    the configuration (client-overload) and a death or hang fails it as anywhere else. Steps put
+    no cap on requests in flight: past its capacity the server queues, and the latency shows it.
+    """
+    shape, docs = spec.search_section, {}
+
+    def measure(number: int, rate: float) -> dict:
+        step = replace(shape, request_rate=rate, concurrency=shape.requests)
+        say(spec, f"search step {number}: {rate:.4g} req/s ({step.requests} x {step.output_tokens} tokens)")
+        with _phase(f"search step {number}"):
+            watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+                                            server_pids=server.tree_pids)
+            docs[rate] = _run_one_section(spec, server, step, plan, seen, watch, repeats=1,
+                                          arrival=spec.objective.arrival, title=f"search step {number}")
+        figures = goodput.step_figures(spec.objective, docs[rate])
+        say(spec, f"search step {number}: p99 TTFT {_ms(figures['ttft_p99_s'])}, p99 TPOT "
+                  f"{_ms(figures['tpot_p99_s'])}: {'meets' if figures['meets'] else 'misses'} {spec.objective.text()}")
+        return figures
+
+    search = goodput.Search(spec.objective).run(measure)
+    say(spec, f"search: {'sustains ' + format(search.met, '.4g') + ' req/s' if search.met else 'no rate met'} "
+              f"within {spec.objective.text()} after {len(search.steps)} step(s)"
+              + ("" if search.converged() else " (not converged)"), terminal=True)
+    return {**search.to_json(docs.get(search.met)), "sections": [docs[step["rate"]] for step in search.steps]}
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
 def prompts_facts(spec: RunSpec, prompt_source: dict | None, prompts: list) -> dict:
@@ -244,17 +286,21 @@ def check_distinct(seen: dict[str, str], records, where: str, *, reuse: bool) ->
 
 
 def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, plan: workload.PromptPlan,
-                     seen: dict[str, str], watch: quiet_host.SectionWatch) -> dict:
+                     seen: dict[str, str], watch: quiet_host.SectionWatch, *, repeats: int | None = None,
+                     arrival: str = "poisson", title: str | None = None) -> dict:
     started_at, t0 = utc_now(), time.monotonic()
     watch.start()
     runs, delta = [], {}
-    for repeat in range(spec.repeats):
+    repeats = spec.repeats if repeats is None else repeats
+    label = title or f"section {section.name}" + (
+        f" at {section.load}" if sum(s.name == section.name for s in spec.sections) > 1 else "")
+    for repeat in range(repeats):
         # Counters are read around the requests alone: a health probe may generate (SGLang's does).
         before = client.metrics(server.base_url, headers=server.headers)
         records, wall = workload.run_section(server, section, plan.take(section), stall_timeout_s=spec.stall_timeout_s,
-                                             send_times=workload.schedule(section, spec.seed))
-        where = f"after section {section.name}" + (f" repeat {repeat}" if spec.repeats > 1 else "")
-        check_distinct(seen, records, f"section {section.name} repeat {repeat}", reuse=spec.reuse_prompts)
+                                             send_times=workload.schedule(section, spec.seed, arrival=arrival))
+        where = f"after {label}" + (f" repeat {repeat}" if repeats > 1 else "")
+        check_distinct(seen, records, f"{label} repeat {repeat}", reuse=spec.reuse_prompts)
         after = _counters_after(server, before, where)
         delta = section_stats.add_deltas(delta, section_stats.counter_delta(before, after))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))
@@ -268,10 +314,10 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
                    closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
-                 if spec.repeats > 1 else ""))
+                 if repeats > 1 else ""))
     say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores and took "
               f"{load['contended_cores'] or 0.0:.3f} from the server (guard {watch.guard.max_foreign_cores:g})")
-    return {"name": section.name, **asdict(section), **stats, "host_load": load,
+    return {"name": section.name, **asdict(section), "load": section.load, **stats, "host_load": load,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
 
@@ -348,4 +394,5 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, starte
         warmup=measured["warmup"],
         prompts=measured["prompts"],
         sections=sections,
+        search=measured.get("search"),
     )

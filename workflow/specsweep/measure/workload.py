@@ -88,10 +88,17 @@ def prompt_set_hash(prompts: list[Prompt]) -> str:
     return hashlib.sha256(json.dumps([list(p.tokens) for p in prompts], separators=(",", ":")).encode()).hexdigest()
 
 
-def schedule(section: Section, seed: int) -> list[float] | None:
-    """Send times (s after the section starts) of a seeded Poisson process; None = closed loop."""
+def schedule(section: Section, seed: int, *, arrival: str = "poisson") -> list[float] | None:
+    """Send times (s after the section starts) of a seeded Poisson process, or evenly spaced
+    (``arrival="constant"``); None = closed loop.
+
+    The seed names the section, not its rate: every level of one section gets the same gaps
+    scaled, so two rates differ by their rate alone, not by another draw of bursts.
+    """
     if section.request_rate is None:
         return None
+    if arrival == "constant":
+        return [i / section.request_rate for i in range(section.requests)]
     rng = random.Random(f"{seed}:{section.name}")
     times, t = [], 0.0
     for _ in range(section.requests):

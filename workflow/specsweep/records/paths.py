@@ -14,6 +14,7 @@ HISTORY = RESULTS / "history"  # a read-only copy of every result ever written, 
 INVALID = RESULTS / "invalid"  # results aggregation refused, moved aside (never deleted)
 SUMMARY_CSV = RESULTS / "summary.csv"
 SUMMARY_PNG = RESULTS / "summary.png"
+TRADEOFF_PNG = RESULTS / "tradeoff.png"  # tok/s per user against tok/s per GPU, across load levels
 BEST_CSV = RESULTS / "best.csv"
 STUDY_CONFIG = RESULTS / "study" / "config.yaml"  # the merged study config the summary was made from
 PARTIAL_CSV = RESULTS / "partial" / "summary.csv"

@@ -14,6 +14,10 @@ Schema history (``schema_version``):
       ``reused`` on purpose; a result that re-sent a prompt without saying so is refused. Older
       files are read with ``prompts.reused`` unknown (None): measured on prompts sent again and
       again, they are comparable only with others like them.
+  4 - every section says the ``load`` it ran at (c<concurrency> or r<rate>), and ``search`` holds
+      the goodput search under ``spec.objective`` (its steps, each a section document of its own,
+      the sustained rate and the goodput). Older files have no search, and their sections' load
+      is read from their concurrency and request_rate.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from specsweep.spec import SLO, Objective, load_label
+
 SCHEMA = "specsweep.result"
 # Of Result.comparability(), what two studies compared with each other (specsweep compare) must
 # share; the rest (study, server version, host class) is what a comparison is for. Within one
 # study's summary every key must be equal.
 ACROSS_STUDIES = ("model",)
-VERSION = 3
-READS = (1, 2, 3)
+VERSION = 4
+READS = (1, 2, 3, 4)
 
 
 class InvalidResult(ValueError):
@@ -51,6 +57,7 @@ class Result:
     isolation: dict | None = None
     hardware: dict | None = None
     provenance: dict = field(default_factory=dict)
+    search: dict | None = None  # the goodput search (spec.objective), from version 4
 
     # --- JSON ---------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -74,7 +81,11 @@ class Result:
         if version in (1, 2) and isinstance(body.get("prompts"), dict):
             body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
         names = {f.name for f in fields(cls)}
-        missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance"))
+        if version in (1, 2, 3) and isinstance(body.get("sections"), list):
+            body = {**body, "sections": [{**sec, "load": _load_of(sec)} if isinstance(sec, dict) else sec
+                                         for sec in body["sections"]]}
+        missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance",
+                                                                          "search"))
         if missing:
             raise InvalidResult(f"result lacks {', '.join(missing)}")
         result = cls(**{k: v for k, v in body.items() if k in names})
@@ -89,13 +100,17 @@ class Result:
             raise InvalidResult(f"sections {got} do not match the spec's {expected}")
         for spec_section, section in zip(self.spec["sections"], self.sections):
             _validate_section(spec_section, section, self.spec.get("repeats", 1))
+            if section.get("load") != _load_of(spec_section):
+                raise InvalidResult(f"section {section['name']}: ran at load {section.get('load')}, the spec says "
+                                    f"{_load_of(spec_section)}")
+        self._validate_search()
         if self.prompts.get("reused") is False:
             self._validate_distinct_prompts()
 
     def _validate_distinct_prompts(self) -> None:
         """Every request of the launch (warmup included) sent a prompt no other request sent."""
         sent = list(self.warmup.get("prompt_sha256") or [])
-        sent += [r.get("prompt_sha256") for s in self.sections for r in s["records"]]
+        sent += [r.get("prompt_sha256") for s in self.sections + self.search_sections for r in s["records"]]
         if None in sent:
             raise InvalidResult("a request record carries no prompt_sha256")
         if len(set(sent)) != len(sent):
@@ -103,10 +118,56 @@ class Result:
             raise InvalidResult(f"prompt {twice[:12]} was sent {sent.count(twice)} times on one server without "
                                 f"workload.reuse_prompts: its later answers may come from the server's caches")
 
+    @property
+    def search_sections(self) -> list[dict]:
+        return (self.search or {}).get("sections") or []
+
+    def _validate_search(self) -> None:
+        """The goodput search is what its steps measured: each step a whole section at its rate,
+        its verdict that of its p99s against the objective, the sustained rate the highest that met
+        it, the goodput that step's throughput. A search the spec did not ask for is refused too."""
+        objective = self.spec.get("objective")
+        if (self.search is None) != (objective is None):
+            raise InvalidResult("the result's goodput search does not match the spec's objective")
+        if objective is None:
+            return
+        bound = Objective(**objective)
+        if self.search.get("objective") != objective:
+            raise InvalidResult("the search ran under another objective than the spec's")
+        shape = next(s for s in self.spec["sections"] if s["name"] == objective["section"])
+        steps, docs = self.search.get("steps") or [], self.search_sections
+        if not steps or len(steps) != len(docs) or len(steps) > bound.max_steps:
+            raise InvalidResult(f"search: {len(steps)} steps, {len(docs)} step sections (at most {bound.max_steps})")
+        for step, doc in zip(steps, docs):
+            _validate_section({**shape, "concurrency": shape["requests"], "request_rate": step["rate"]}, doc, 1)
+            figures = (doc["ttft_s"]["p99"], doc["tpot_s"]["p99"])
+            if doc.get("request_rate") != step["rate"] or (step["ttft_p99_s"], step["tpot_p99_s"]) != figures:
+                raise InvalidResult(f"search step {step['step']}: its figures are not those of its requests")
+            if step["meets"] != bound.met_by(*figures):
+                raise InvalidResult(f"search step {step['step']}: marked {'met' if step['meets'] else 'missed'}, "
+                                    f"its p99s say otherwise under {bound.text()}")
+        met = [s for s in steps if s["meets"]]
+        best = max(met, key=lambda s: s["rate"]) if met else None
+        if self.search.get("sustained_rate_rps") != (best["rate"] if best else None) or \
+                self.search.get("goodput_tok_s") != (best["output_tok_s"] if best else None):
+            raise InvalidResult("search: its sustained rate or goodput is not that of its highest step that met "
+                                "the objective")
+
     # --- what aggregation reads ----------------------------------------------------------------
     def summary_rows(self) -> list[dict]:
-        """One row per section: the columns of results/summary.csv this result fills."""
-        return [{"section": s["name"], **_metrics(s)} for s in self.sections]
+        """One row per section and load, then the goodput search's (load "slo"): the columns of
+        results/summary.csv this result fills. The search's row carries the figures of its
+        highest step within the objective (its output tok/s is the goodput); when no step met
+        it, the row has no figures: not a zero."""
+        rows = [{"section": s["name"], "load": s["load"], **_metrics(s)} for s in self.sections]
+        if self.search is not None:
+            best = next((d for d in self.search_sections if d["request_rate"] == self.search["sustained_rate_rps"]),
+                        None)
+            rows.append({"section": self.search["objective"]["section"], "load": SLO,
+                         **(_metrics(best) if best else {}), "sustained_rate_rps": self.search["sustained_rate_rps"],
+                         "goodput_tok_s": self.search["goodput_tok_s"], "search_steps": len(self.search["steps"]),
+                         "search_converged": self.search["converged"]})
+        return rows
 
     def comparability(self) -> dict[str, str]:
         """What must be equal for two results to share one summary (as pyperf refuses to mix)."""
@@ -156,6 +217,10 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The goodput search's columns, filled in its row (load "slo") alone.
+SEARCH_COLUMNS = ("sustained_rate_rps", "goodput_tok_s", "search_steps", "search_converged")
+
+
 def _metrics(section: dict) -> dict:
     out = {}
     for column, path in METRICS.items():
@@ -164,3 +229,7 @@ def _metrics(section: dict) -> dict:
             value = value[key]
         out[column] = value
     return out
+
+
+def _load_of(section: dict) -> str:
+    return load_label(section.get("concurrency", 1), section.get("request_rate"))

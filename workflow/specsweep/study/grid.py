@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specsweep import axes as grid_axes
 from specsweep.errors import ConfigError
-from specsweep.spec import RunSpec, Section
+from specsweep.spec import Objective, RunSpec, Section
 from specsweep.study import prompt_sets
 
 
@@ -45,14 +47,26 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | N
         prompt_pins={} if workload["prompts_file"] else prompt_sets.pins(config, workload["prompt_set"]),
         reuse_prompts=workload["reuse_prompts"],
         repeats=workload["repeats"],
-        sections=tuple(Section(**s) for s in workload["sections"]),
+        sections=sections_at_levels(workload),
         api_key_env=server["api_key_env"],
         allow_remote_bind=server["allow_remote_bind"],
         gpu=server["gpu"],
         env=dict(server["env"]),
         axes=dict(own or {}),
         excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context, **(own or {})),
+        objective=Objective(**workload["objective"]) if workload.get("objective") else None,
     )
+
+
+def sections_at_levels(workload: dict) -> tuple[Section, ...]:
+    """The sections one launch runs: each declared section once, or once per load level (in the
+    order given), the level replacing its concurrency or request rate."""
+    sections = [Section(**s) for s in workload["sections"]]
+    levels = workload.get("load_levels")
+    if not levels:
+        return tuple(sections)
+    (kind, values), = levels.items()
+    return tuple(replace(s, **{kind: value}) for s in sections for value in values)
 
 
 def architecture_exclusions(config: dict, **values) -> tuple:

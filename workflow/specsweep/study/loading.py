@@ -73,11 +73,24 @@ def load_study(path: str | Path) -> dict:
     return validate_study(config)
 
 
+def check_objective(objective: dict | None, sections: list[str]) -> None:
+    """The goodput search needs a bound to meet and a section to take its shape from."""
+    if not objective:
+        return
+    if objective["section"] not in sections:
+        raise ConfigError(f"workload.objective.section is {objective['section']!r}, not a section of "
+                          f"workload.sections ({', '.join(sections)}); name the section each search step runs")
+    if objective.get("ttft_p99_s") is None and objective.get("tpot_p99_s") is None:
+        raise ConfigError("workload.objective sets neither ttft_p99_s nor tpot_p99_s, so every rate would meet it; "
+                          "give at least one latency bound, e.g. ttft_p99_s: 1.0")
+
+
 def check_study(config: dict) -> None:
     """Checks JSON schema cannot express; each message names the numbers and the fix."""
     names = [s["name"] for s in config["workload"]["sections"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
+    check_objective(config["workload"].get("objective"), names)
     server, own = config["server"], tuple(grid_axes.own(config["grid"]))
     check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
                   allow_remote_bind=server["allow_remote_bind"], axes=own)

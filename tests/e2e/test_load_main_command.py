@@ -1,0 +1,60 @@
+"""Load levels and the goodput search through the main command on the real llama-server: one
+launch per configuration, a summary row per level and one for the search, the report's answer
+per load, the trade-off figure, and compare pairing by load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import finish, run_workflow, small_study
+
+pytestmark = pytest.mark.e2e
+
+
+def test_load_levels_and_an_objective_run_end_to_end(embedded, tmp_path):
+    study = small_study()
+    study["workload"].update(repeats=1, sections=[{"name": "chat", "output_tokens": 16, "requests": 4}],
+                             load_levels={"concurrency": [1, 2]},
+                             objective={"section": "chat", "ttft_p99_s": 5.0, "tpot_p99_s": 0.5, "start_rate": 2.0,
+                                        "max_steps": 3})
+    rc, out = finish(run_workflow(tmp_path, study))
+    assert rc == 0, out
+    for name in ("tp1-b0-ctx64", "tp1-b4-ctx64"):
+        doc = json.loads((tmp_path / "results/runs" / f"{name}.json").read_text())
+        assert [(s["name"], s["load"], s["concurrency"]) for s in doc["sections"]] == [("chat", "c1", 1),
+                                                                                      ("chat", "c2", 2)]
+        search = doc["search"]
+        assert 1 <= len(search["steps"]) <= 3 and search["steps"][0]["rate"] == 2.0
+        met = [s["rate"] for s in search["steps"] if s["meets"]]
+        assert search["sustained_rate_rps"] == (max(met) if met else None)
+        # One launch measured every level and every step.
+        log = (tmp_path / "logs/runs" / f"{name}.log").read_text()
+        assert log.count("server pid") == 1 and log.count("search step 1:") == 2, log
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert list(summary.columns[:6]) == ["name", "tp", "budget", "context", "section", "load"]
+    assert list(summary["load"]) == ["c1", "c2", "slo"] * 2 and set(summary["status"]) == {"ok"}
+    slo = summary[summary["load"] == "slo"].set_index("name")
+    assert {"sustained_rate_rps", "goodput_tok_s"} <= set(summary.columns)
+    assert (slo["output_tok_s"].isna() | (slo["output_tok_s"] == slo["goodput_tok_s"])).all()
+    levels = summary[summary["load"] != "slo"].set_index(["name", "load"])
+    assert levels.loc[("tp1-b4-ctx64", "c2"), "speedup"] == pytest.approx(
+        levels.loc[("tp1-b4-ctx64", "c2"), "output_tok_s"] / levels.loc[("tp1-b0-ctx64", "c2"), "output_tok_s"])
+    best = pd.read_csv(tmp_path / "results/best.csv")
+    assert list(zip(best["section"], best["load"])) == [("chat", "c1"), ("chat", "c2"), ("chat", "slo")]
+    assert "Best draft budget per tp, context, section and load" in out
+    front = (tmp_path / "results/report/front.rst").read_text()
+    assert "Load slo is the goodput search" in front and "p99 TTFT <= 5 s and p99 TPOT <= 500 ms" in front
+    for figure in ("summary.png", "tradeoff.png"):
+        assert (tmp_path / "results" / figure).read_bytes()[:4] == b"\x89PNG"
+    assert "Traceback" not in (tmp_path / "logs/aggregate/plot.log").read_text()
+    csv = tmp_path / "compare.csv"
+    done = subprocess.run([sys.executable, "-m", "specsweep", "compare", "results", "results", "--csv", str(csv)],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pairs = pd.read_csv(csv)
+    assert list(zip(pairs["name"], pairs["load"])) == list(zip(summary["name"], summary["load"]))

@@ -345,6 +345,10 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
     doc = load(tmp_path / "runs" / "tp2-b4-ctx64.json")
     assert doc["server"]["backend"] == "sglang" and doc["server"]["version"] == "0.5.23"
     assert doc["server"]["reported"]["tp_size"] == 2
+    # Budget 4 to --speculative-num-draft-tokens is 3 drafts a step: the root counts (the stand-in
+    # proposes verify_ct x 3, as spec_decoding_meta.py does).
+    assert doc["server"]["budget"]["flag"] == "--speculative-num-draft-tokens"
+    assert doc["server"]["budget"]["drafts_per_step"] == 3
     assert len(doc["isolation"]["devices"]) == 2 and doc["hardware"]["gpu_count"] == 2
     log = (tmp_path / "tp2-b4-ctx64.log").read_text()
     assert f"CUDA_VISIBLE_DEVICES={','.join(doc['isolation']['devices'])}" in log
@@ -357,7 +361,9 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
         # The server's counters agree with its per-request fields, and acceptance comes from the latter.
         assert section["counters"]["sglang:generation_tokens_total"] == tokens
         assert section["counters"]["sglang:spec_verify_calls_total"] == steps
-        assert 1.0 < section["acceptance_length"] == pytest.approx(tokens / steps)
+        # Tokens per verification step, the token each request's prefill made left out (as vLLM's
+        # 1 + accepted / drafts and llama-server's count them): not completion_tokens / verify_ct.
+        assert 1.0 < section["acceptance_length"] == pytest.approx((tokens - len(records)) / steps)
         assert section["acceptance_length"] != pytest.approx(9.99)  # never the lifetime figures
         assert 0 < section["draft_accepted"] < section["draft_tokens"] == steps * 3
 
@@ -424,3 +430,25 @@ def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provision
     on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
     assert re.search(r"run_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
     assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000-topk4" in on_sm120
+
+
+@pytest.mark.parametrize("backend, args, budget, flag, drafts", [
+    ("llama-server", backends.get("llama-server").speculative_args, 8, "--spec-ngram-mod-n-max", 8),
+    ("vllm", backends.get("vllm").speculative_args, 4, "num_speculative_tokens", 4),
+    ("sglang", ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{budget}"), 4,
+     "--speculative-num-draft-tokens", 3),
+    ("sglang", ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "{budget}"), 16,
+     "--speculative-ddtree-budget", 16),
+    ("sglang", ("--speculative-algorithm", "DFLASH", "--speculative-dflash-block={budget}"), 8,
+     "--speculative-dflash-block", None),
+    ("llama-server", backends.get("llama-server").speculative_args, 0, None, 0),
+])
+def test_each_result_says_what_its_budget_meant_on_that_server(backend, args, budget, flag, drafts):
+    from dataclasses import replace
+
+    spec = replace(config.expand_grid(config.validate_study({"backend": backend, "model": {"path": "/m"},
+                                                             "server": {"binary": "x"}}))[0],
+                   budget=budget, speculative_args=tuple(args) if budget else ())
+    meaning = backends.get(backend).budget_meaning(spec)
+    assert (meaning["flag"], meaning["drafts_per_step"]) == (flag, drafts)
+    assert ("not known to specsweep" in meaning["means"]) == (drafts is None)

@@ -380,6 +380,7 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, starte
             "version": facts.version,
             "build_info": facts.build_info,
             "slot_context": facts.max_context,
+            "budget": backends.get(spec.backend).budget_meaning(spec),
             "total_slots": facts.total_slots,
             "reported": facts.detail,
         },

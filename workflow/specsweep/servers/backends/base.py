@@ -8,6 +8,7 @@ client and metrics know only this interface; a new server is one new module and 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,9 @@ class Backend:
     generate_route: str = ""
     token_counter: str | None = None  # Prometheus sample of generated tokens, checked per section
     signatures: tuple[tuple[str, str], ...] = ()  # (label, regex) of this server's own failure lines
+    # What a budget B passed to one of this server's flags (or JSON keys) means: (flag, offset,
+    # words): B + offset draft tokens a verification step, each checked against the cited source.
+    budget_flags: tuple[tuple[str, int, str], ...] = ()
 
     # --- launch -------------------------------------------------------------------------------
     def ctx_size(self, spec: RunSpec) -> int:
@@ -101,14 +105,42 @@ class Backend:
                 f"request needs {need}; raise {{ctx_size}}'s flag in server.command or lower grid.context"
             )
 
+    def budget_meaning(self, spec: RunSpec) -> dict:
+        """What this configuration's budget meant on this server: the flag (or JSON key) it went
+        to, the draft tokens a verification step that makes, and in words. The same number is a
+        chain length on llama-server and vLLM, one more than the drafts on SGLang's NGRAM/EAGLE
+        (the root counts), and tree nodes on DDTree: two backends' budgets are compared by this."""
+        if spec.budget == 0:
+            return {"flag": None, "drafts_per_step": 0, "means": "no speculation"}
+        flag = budget_flag(spec.speculative_args)
+        known = next(((offset, words) for name, offset, words in self.budget_flags if name == flag), None)
+        if known is None:
+            return {"flag": flag, "drafts_per_step": None,
+                    "means": f"not known to specsweep for {flag!r} on {self.name}: see the server's documentation"}
+        offset, words = known
+        return {"flag": flag, "drafts_per_step": spec.budget + offset, "means": words}
+
     # --- a section's speculation -------------------------------------------------------------
     def drafts(self, records: list[RequestRecord], delta: dict[str, float]) -> tuple[int, int]:
         """(draft tokens proposed, accepted) over a section; per request by default."""
         return sum(r.draft_tokens for r in records), sum(r.draft_accepted for r in records)
 
     def acceptance_length(self, records: list[RequestRecord], delta: dict[str, float]) -> float | None:
-        """Mean tokens per verification step over this section alone; None without speculation."""
+        """Mean tokens per verification step over this section alone, the token each request's
+        prefill made excluded (one definition for every backend); None without speculation."""
         raise NotImplementedError
+
+
+def budget_flag(args) -> str | None:
+    """The flag right before the {budget} placeholder, or the JSON key it is the value of."""
+    for i, arg in enumerate(args):
+        if "{budget}" not in arg:
+            continue
+        if arg.strip() == "{budget}":
+            return args[i - 1] if i > 0 else None
+        key = re.search(r'"(\w+)"\s*:\s*\{budget\}', arg)
+        return key.group(1) if key else arg.split("=", 1)[0]
+    return None
 
 
 def counters_acceptance(delta: dict[str, float], drafts: str, accepted: str) -> float | None:

@@ -53,6 +53,9 @@ class LlamaServer(Backend):
                "-np", "{slots}", "-t", "{threads}", "--metrics", "--no-webui")
     speculative_args = ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "1",
                         "--spec-ngram-mod-n-max", "{budget}")
+    # common/arg.cpp: each is the longest draft a step; the chain is verified with the last token.
+    budget_flags = (("--spec-ngram-mod-n-max", 0, "at most B drafted tokens a step (ngram-mod's longest draft)"),
+                    ("--spec-draft-n-max", 0, "at most B drafted tokens a step (the draft model's)"))
     model_is_file = True
     embedded = {"binary": "llama-server", "model": "model"}  # what "embedded" provisions: results/provision/<name>.json
     generate_route = "/completion"

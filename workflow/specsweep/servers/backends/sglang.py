@@ -11,8 +11,11 @@ validates against), ``sglang/srt/entrypoints/http_server.py`` (routes), and
   chunk only and were renamed twice: ``spec_num_correct_drafts``/``spec_num_proposed_drafts``
   (0.5.x), ``spec_accepted_drafts``/``spec_proposed_drafts``, ``spec_accept_token_num``/
   ``spec_draft_token_num`` (older). All spellings are read.
-- Acceptance length of a section is sum(completion_tokens) / sum(spec_verify_ct) over its own
-  requests; ``avg_spec_accept_length`` in ``/server_info`` and the ``sglang:spec_accept_length``
+- Acceptance length of a section is tokens per verification step with the prefill token
+  excluded, as for every backend: sum(completion_tokens - 1) / sum(spec_verify_ct) over its own
+  requests (``completion_tokens / spec_verify_ct``, what ``spec_accept_length`` says, counts the
+  token the prefill made, so it reads higher than vLLM's 1 + accepted / drafts for the same
+  steps). ``avg_spec_accept_length`` in ``/server_info`` and the ``sglang:spec_accept_length``
   gauge are lifetime or last-window values, useless per section. ``spec_accept_rate`` is wrong
   for tree methods (proposed = verify_ct x (draft tokens - 1)).
 - Errors can arrive inside an HTTP 200 stream as ``data: {"error": {...}}``.
@@ -42,6 +45,11 @@ class SGLang(Backend):
                "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--enable-metrics")
     # Upstream's n-gram speculation; a DDTree fork's flags go in the study (config/sglang-ddtree.yaml).
     speculative_args = ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{budget}")
+    # NGRAM/EAGLE count the root token in --speculative-num-draft-tokens (speculative/
+    # spec_decoding_meta.py uses N - 1); DDTree's budget counts non-root tree nodes, verified
+    # B + 1 wide (sgl-project/sglang#29907): a tree of B drafts, not a chain.
+    budget_flags = (("--speculative-num-draft-tokens", -1, "B - 1 drafted tokens a step (the root counts in B)"),
+                    ("--speculative-ddtree-budget", 0, "a tree of B drafted nodes a step, verified B + 1 wide"))
     health_timeout_s = 30.0  # SGLANG_HEALTH_CHECK_TIMEOUT is 20 s; the answer takes at least 1 s
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"
@@ -109,7 +117,7 @@ class SGLang(Backend):
         steps = [r for r in records if r.verify_steps]
         if not steps:
             return None
-        return sum(r.output_tokens for r in steps) / sum(r.verify_steps for r in steps)
+        return sum(r.output_tokens - 1 for r in steps) / sum(r.verify_steps for r in steps)
 
 
 BACKEND = SGLang()

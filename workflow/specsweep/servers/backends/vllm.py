@@ -47,6 +47,8 @@ class VLLM(Backend):
     speculative_args = ("--speculative-config",
                         '{{"method": "ngram", "num_speculative_tokens": {budget}, "prompt_lookup_max": 4, '
                         '"prompt_lookup_min": 2}}')
+    # config/speculative.py: num_speculative_tokens drafts a step, every method alike.
+    budget_flags = (("num_speculative_tokens", 0, "B drafted tokens a step (num_speculative_tokens)"),)
     embedded = {"binary": "vllm", "model": "tiny-model"}  # what "embedded" provisions: results/provision/<name>.json
     generate_route = "/v1/completions"
     token_counter = "vllm:generation_tokens_total"

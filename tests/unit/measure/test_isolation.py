@@ -418,7 +418,12 @@ def test_each_job_gets_its_own_port_even_when_asked_for_one_in_use(gpus):
     first = devices.acquire(1, holder="a", announce=print, gpu=True)
     second = devices.acquire(1, holder="b", announce=print, gpu=True)
     assert first.port != second.port and first.port > 0
+    # And a second port each ({side_port}: SGLang's --nccl-port), none shared by the two jobs.
+    held = [first.port, first.side_port, second.port, second.side_port]
+    assert len(set(held)) == 4 and min(held) > 0
     with pytest.raises(PortConflict, match="reserved by another specsweep job"):
         devices.acquire(1, holder="c", announce=print, gpu=True, port=first.port)
+    with pytest.raises(PortConflict, match="reserved by another specsweep job"):
+        devices.acquire(1, holder="c", announce=print, gpu=True, port=second.side_port)
     first.release()
     second.release()

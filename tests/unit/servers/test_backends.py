@@ -49,7 +49,7 @@ def test_golden_argv_of_every_backend_default():
         "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", "4"]
     assert argv("sglang", "Qwen/Qwen3-8B") == [
         "PY", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--tp", "2", "--context-length", "404",
-        "--host", "127.0.0.1", "--port", "8000", "--enable-metrics",
+        "--host", "127.0.0.1", "--port", "8000", "--nccl-port", "<side_port>", "--enable-metrics",
         "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4"]
     assert argv("vllm", "/models/m") == [
         "PY", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m", "--tensor-parallel-size", "2",
@@ -61,9 +61,9 @@ def test_golden_argv_of_every_backend_default():
 def test_golden_argv_and_env_of_the_example_studies():
     ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
     spec = config.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
-    assert launch.server_argv(spec, 8000, scratch="/s") == [
+    assert launch.server_argv(spec, 8000, scratch="/s", side_port=8001) == [
         "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
-        "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000",
+        "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000", "--nccl-port", "8001",
         "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
     assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}

@@ -62,6 +62,7 @@ class Lease:
     devices: tuple[str, ...]
     waited_s: float = 0.0
     port: int = 0  # reserved for this job's server: no other job on the host is handed it
+    side_port: int = 0  # a second one, for a port the server opens beside it ({side_port})
     memory_wait_s: float = 0.0  # how long teardown waited for the GPUs' memory to be released
     _fds: list[int] = field(default_factory=list, repr=False)
 
@@ -130,6 +131,8 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
                                  f"by pid(s) {sorted({p for g in lease.gpus for p in host_facts.gpu_pids(g)})}; "
                                  f"a server of an earlier job may not have exited (see nvidia-smi)")
         lease.port = _reserve_port(folder, lease, port)
+        # Never the same as port: this lease's own lock on it refuses a second flock too.
+        lease.side_port = _reserve_port(folder, lease, None)
     except BaseException:
         lease.release(wait=False)  # nothing of ours ran on them
         raise

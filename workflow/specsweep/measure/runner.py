@@ -123,9 +123,10 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
         leases.check_exclusions(spec.excluded_on, hw)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
-        server = ServerProcess(launch.server_argv(spec, lease.port, key, scratch), port=lease.port, log_path=server_log,
+        server = ServerProcess(launch.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
+                               log_path=server_log,
                                startup_timeout_s=spec.startup_timeout_s, api_key=key, backend=backend,
-                               env={**launch.server_env(spec, lease.port, scratch), **lease.env()})
+                               env={**launch.server_env(spec, lease.port, scratch, lease.side_port), **lease.env()})
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:
@@ -138,6 +139,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             backend.check_context(spec, facts)
             measured = _measure(spec, server, guard, lease.gpus, prompt_source)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
+                     "side_port": lease.side_port,
                      "lock_dir": str(leases.lock_dir()), "guard": asdict(guard)}
         result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
                               startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation,

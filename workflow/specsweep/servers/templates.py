@@ -14,7 +14,7 @@ import string
 from specsweep.errors import ConfigError
 
 PLACEHOLDERS = ("binary", "model", "host", "port", "ctx_size", "slots", "threads", "tp", "budget", "api_key",
-                "scratch")
+                "scratch", "side_port")
 REDACTED = "<redacted>"
 # A flag or variable whose last word names a credential: --api-key, --hf-token, HF_TOKEN=...
 # Whole words only: --tokenizer, --num-speculative-tokens and --token-delay are not secrets.

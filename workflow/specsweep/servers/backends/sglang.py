@@ -41,8 +41,11 @@ class SGLang(Backend):
               "srt/managers/tokenizer_manager.py")
     binary = "python3"
     version_argv = ("-c", "import sglang; print(sglang.__version__)")  # the Python that has it
+    # --nccl-port: torch.distributed's rendezvous port; unset, PortArgs.init_new takes a free one
+    # (get_free_port, srt/server_args.py) that a concurrent job's server may take first.
     command = ("{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp", "{tp}",
-               "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--enable-metrics")
+               "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--nccl-port", "{side_port}",
+               "--enable-metrics")
     # Upstream's n-gram speculation; a DDTree fork's flags go in the study (config/sglang-ddtree.yaml).
     speculative_args = ("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{budget}")
     # NGRAM/EAGLE count the root token in --speculative-num-draft-tokens (speculative/

@@ -140,3 +140,22 @@ def test_an_objective_that_cannot_be_searched_is_refused_with_the_fix(model, obj
     study["workload"]["objective"] = {"ttft_p99_s": None, "tpot_p99_s": None, **objective}
     with pytest.raises(ConfigError, match=words):
         check_study(study)
+
+
+def test_the_bounds_are_kept_whatever_order_the_steps_come_in():
+    search = Search(Objective(section="s", ttft_p99_s=1.0, precision=1.0))
+    for rate, meets in ((4.0, True), (2.0, True), (16.0, False), (32.0, False)):
+        search.record(rate, {"meets": meets})
+    assert (search.met, search.missed) == (4.0, 16.0) and not search.converged()
+    search.record(8.0, {"meets": False})
+    # missed = met x (1 + precision) exactly: within the precision, so done.
+    assert search.missed == 8.0 and search.converged() and search.next_rate() is None
+
+
+def test_a_search_the_spec_did_not_ask_for_is_refused(tmp_path, model):
+    rc, err = run_cli(tmp_path, load_study(model, max_steps=2))
+    assert rc == 0, err
+    doc = load(tmp_path / "runs" / f"{NAME}.json")
+    doc["spec"]["objective"] = None
+    with pytest.raises(store.InvalidResult, match="goodput search does not match the spec's objective"):
+        Result.from_json(doc)

@@ -7,6 +7,7 @@ render them into launch commands, the measurement runs them, the records keep th
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from specsweep import axes as grid_axes
@@ -37,17 +38,31 @@ def load_label(concurrency: int, request_rate: float | None) -> str:
     return f"c{concurrency}" if request_rate is None else f"r{request_rate:g}"
 
 
-@dataclass(frozen=True)
+def loads_named(pairs: Iterable[tuple[str, str]]) -> bool:
+    """Whether labels name each section's load, given (section, load) pairs: they do where some
+    section ran at more than one load (the goodput search's slo row counts as one). Where every
+    section ran at one, its load says nothing and is left out of labels, lines and titles."""
+    seen: dict[str, set[str]] = {}
+    for name, load in pairs:
+        seen.setdefault(name, set()).add(load)
+    return any(len(loads) > 1 for loads in seen.values())
+
+
+@dataclass(frozen=True, kw_only=True)
 class Objective:
-    """A latency objective and the bounded search for the highest request rate that meets it."""
+    """A latency objective and the bounded search for the highest request rate that meets it.
+
+    No field has a default here: the schema's (workload.objective) are the only ones, filled in
+    before a study's objective is built, and a result keeps every field.
+    """
 
     section: str  # the section whose output tokens and requests every step runs
-    ttft_p99_s: float | None = None
-    tpot_p99_s: float | None = None
-    start_rate: float = 1.0
-    precision: float = 0.1
-    max_steps: int = 8
-    arrival: str = "poisson"  # or "constant": evenly spaced send times
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+    start_rate: float
+    precision: float
+    max_steps: int
+    arrival: str  # "poisson", or "constant": evenly spaced send times
 
     def met_by(self, ttft_p99_s: float | None, tpot_p99_s: float | None) -> bool:
         """Whether one step's measured p99s are within the objective (an unmeasured one is not)."""

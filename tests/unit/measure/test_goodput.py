@@ -8,16 +8,30 @@ import math
 import statistics
 
 import pytest
+import yaml
 
 from conftest import NAME, fault_study, load, run_cli
 from specsweep.measure.goodput import Search
 from specsweep.records import store
 from specsweep.records.result import Result
 from specsweep.spec import Objective
+from specsweep.study import loading
 
 
-def search_against(true_rate: float, **objective) -> Search:
-    bound = Objective(section="s", ttft_p99_s=1.0, **objective)
+def objective(**given) -> Objective:
+    """An objective with the schema's defaults (the only ones) for what a test leaves out."""
+    schema = yaml.safe_load(loading.schema_path().read_text())
+    fields = schema["properties"]["workload"]["properties"]["objective"]["properties"]
+    return Objective(**{**{k: v["default"] for k, v in fields.items() if "default" in v}, "section": "s", **given})
+
+
+def test_the_schema_gives_every_objective_field_but_the_section_a_default():
+    assert objective() == Objective(section="s", ttft_p99_s=None, tpot_p99_s=None, start_rate=1.0, precision=0.1,
+                                    max_steps=8, arrival="poisson")
+
+
+def search_against(true_rate: float, **given) -> Search:
+    bound = objective(ttft_p99_s=1.0, **given)
     return Search(bound).run(lambda _n, rate: {"meets": rate <= true_rate})
 
 
@@ -50,10 +64,10 @@ def test_no_rate_within_the_objective_is_no_rate_not_zero():
 
 
 def test_objective_is_met_only_by_measured_figures_within_every_bound():
-    both = Objective(section="s", ttft_p99_s=0.5, tpot_p99_s=0.02)
+    both = objective(ttft_p99_s=0.5, tpot_p99_s=0.02)
     assert both.met_by(0.5, 0.02) and not both.met_by(0.51, 0.01) and not both.met_by(0.1, 0.03)
     assert not both.met_by(0.1, None)  # a TPOT never measured (one-token answers) is not within a bound
-    assert Objective(section="s", ttft_p99_s=0.5).met_by(0.4, None)
+    assert objective(ttft_p99_s=0.5).met_by(0.4, None)
 
 
 def load_study(model, fault: str = "none", **objective) -> dict:
@@ -143,7 +157,7 @@ def test_an_objective_that_cannot_be_searched_is_refused_with_the_fix(model, obj
 
 
 def test_the_bounds_are_kept_whatever_order_the_steps_come_in():
-    search = Search(Objective(section="s", ttft_p99_s=1.0, precision=1.0))
+    search = Search(objective(ttft_p99_s=1.0, precision=1.0))
     for rate, meets in ((4.0, True), (2.0, True), (16.0, False), (32.0, False)):
         search.record(rate, {"meets": meets})
     assert (search.met, search.missed) == (4.0, 16.0) and not search.converged()

@@ -26,7 +26,7 @@ import seaborn as sns  # noqa: E402
 
 from specsweep import axes as grid_axes  # noqa: E402
 from specsweep.analysis.aggregate import EXCLUDED, OK, not_ok  # noqa: E402
-from specsweep.spec import SLO  # noqa: E402
+from specsweep.spec import SLO, loads_named  # noqa: E402
 
 LABELS = {
     "output_tok_s": "output tok/s (section wall time)",
@@ -91,7 +91,7 @@ def _panels(frame: pd.DataFrame, facets: Facets) -> list[tuple[tuple, object]]:
 def _title(measurement: tuple[str, str | None], frame: pd.DataFrame) -> str:
     """The section, and its load where some section ran at more than one."""
     section, load = measurement
-    if load is None or frame.groupby(grid_axes.SECTION)[grid_axes.LOAD].nunique().max() < 2:
+    if load is None or not loads_named(frame[[grid_axes.SECTION, grid_axes.LOAD]].itertuples(index=False)):
         return section
     return f"{section} at {'goodput (' + SLO + ')' if load == SLO else load}"
 

@@ -21,7 +21,7 @@ from specsweep.records.result import Result
 from specsweep.records.store import utc_now, write_json_atomic
 from specsweep.servers import backends, launch, templates
 from specsweep.servers.process import ServerProcess
-from specsweep.spec import EMBEDDED, RunSpec, Section
+from specsweep.spec import EMBEDDED, RunSpec, Section, loads_named
 from specsweep.study.loading import check_spec_command, model_path_problem
 from specsweep.study.prompts import read_prompts_file
 
@@ -157,7 +157,7 @@ def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
     """One line for the terminal: per section tok/s, speedup over budget 0 (when it is measured
     already, in this study's folder) and acceptance length."""
     base = _baseline_rates(spec, runs_dir) if spec.budget > 0 else {}
-    levels = len({s["load"] for s in doc["sections"]}) > 1
+    levels = loads_named((s["name"], s["load"]) for s in doc["sections"])
     parts = []
     for section in doc["sections"]:
         extra, key = [], (section["name"], section["load"])
@@ -295,7 +295,7 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     runs, delta = [], {}
     repeats = spec.repeats if repeats is None else repeats
     label = title or f"section {section.name}" + (
-        f" at {section.load}" if sum(s.name == section.name for s in spec.sections) > 1 else "")
+        f" at {section.load}" if loads_named((s.name, s.load) for s in spec.sections) else "")
     for repeat in range(repeats):
         # Counters are read around the requests alone: a health probe may generate (SGLang's does).
         before = client.metrics(server.base_url, headers=server.headers)

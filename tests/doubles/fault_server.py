@@ -106,6 +106,7 @@ class State:
 def make_handler(state: State):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        chunked = False  # set per request once a streamed answer's headers are out
 
         def log_message(self, *args):  # keep the server log for faults
             pass
@@ -297,7 +298,7 @@ def make_handler(state: State):
             self._raw(f"data: {json.dumps(doc)}\n\n".encode())
 
         def _raw(self, data: bytes) -> None:
-            if getattr(self, "chunked", False):
+            if self.chunked:
                 data = f"{len(data):X}\r\n".encode() + data + b"\r\n"
             self.wfile.write(data)
             self.wfile.flush()

@@ -114,9 +114,7 @@ def test_a_result_whose_search_verdicts_were_edited_is_refused(tmp_path, model):
     rc, err = run_cli(tmp_path, load_study(model, max_steps=3))
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
-    missed = next(s for s in doc["search"]["steps"] if not s["meets"]) if not all(
-        s["meets"] for s in doc["search"]["steps"]) else None
-    step = missed or doc["search"]["steps"][0]
+    step = doc["search"]["steps"][0]
     step["meets"] = not step["meets"]
     with pytest.raises(store.InvalidResult, match="p99s say otherwise"):
         Result.from_json(doc)
@@ -129,6 +127,15 @@ def test_a_server_that_dies_mid_search_fails_the_configuration(tmp_path, model):
     assert not (tmp_path / "runs" / f"{NAME}.json").exists()
     record = store.latest_failure(tmp_path / "failures", NAME)
     assert record.failure_class == "server-died" and record.section == "search step 1"
+
+
+def test_a_check_that_fails_in_a_search_step_names_the_step_not_the_section(tmp_path, model):
+    # Request 18 is in the search's first step (see above); the server counts one token too many.
+    rc, err = run_cli(tmp_path, load_study(model, "miscount-at-request:18"))
+    assert rc == 14, err
+    record = store.latest_failure(tmp_path / "failures", NAME)
+    assert record.failure_class == "invalid-response" and record.section == "search step 1"
+    assert record.reason.startswith("search step 1: server counted "), record.reason
 
 
 def test_an_objective_travels_with_the_spec_and_a_study_without_one_keeps_its_params(model):

@@ -148,17 +148,17 @@ def _load(cores: float, wall: float = 2.0, gpu=(), waited: float | None = None) 
 
 def test_guard_fails_a_section_above_its_threshold_and_passes_one_below():
     with pytest.raises(NoisyHost, match=r"0\.60 cores.*hog.*max_foreign_cores"):
-        hostload.check("medium", _load(0.6), GUARD, [100.0, 101.0], closed_loop=True)
-    hostload.check("medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
+        hostload.check("section medium", _load(0.6), GUARD, [100.0, 101.0], closed_loop=True)
+    hostload.check("section medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
     # Below the clock-tick floor a figure is resolution, not load: 0.04 CPU-s in a 40 ms section.
-    hostload.check("short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
+    hostload.check("section short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
 
 
 def test_others_busy_while_the_server_never_waited_is_no_contention():
     """A 64-core host: daemons used 0.6 cores, the server found a CPU every time it was runnable."""
-    hostload.check("medium", _load(0.6, waited=0.01), GUARD, [100.0, 101.0], closed_loop=True)
+    hostload.check("section medium", _load(0.6, waited=0.01), GUARD, [100.0, 101.0], closed_loop=True)
     with pytest.raises(NoisyHost, match=r"took 0\.40 cores from the server \(the server waited for a CPU 0\.40"):
-        hostload.check("medium", _load(0.6, waited=0.4), GUARD, [100.0, 101.0], closed_loop=True)
+        hostload.check("section medium", _load(0.6, waited=0.4), GUARD, [100.0, 101.0], closed_loop=True)
 
 
 def test_contention_is_the_smaller_of_the_servers_waiting_and_the_others_load_on_its_cpus():
@@ -217,9 +217,9 @@ def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
 
 def test_guard_catches_closed_loop_repeats_that_disagree():
     with pytest.raises(NoisyHost, match="spread of 86%"):
-        hostload.check("long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=True)
-    hostload.check("long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=False)  # open loop: arrivals differ
-    hostload.check("long", _load(0.0), GUARD, [100.0, 80.0], closed_loop=True)
+        hostload.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=True)
+    hostload.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=False)  # open loop: arrivals differ
+    hostload.check("section long", _load(0.0), GUARD, [100.0, 80.0], closed_loop=True)
 
 
 def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
@@ -235,8 +235,8 @@ def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
         found = hostload.gpu_foreign(("1",), own={os.getpid()})
         assert [(p["pid"], p["visible"]) for p in found] == [(stranger.pid, True), (4_000_000, False)]
         with pytest.raises(NoisyHost, match=f"pid {stranger.pid} on GPU 1"):
-            hostload.check("short", _load(0.0, gpu=found), GUARD, [1.0], closed_loop=True)
-        hostload.check("short", _load(0.0, gpu=found[1:]), GUARD, [1.0], closed_loop=True)  # unresolvable pid
+            hostload.check("section short", _load(0.0, gpu=found), GUARD, [1.0], closed_loop=True)
+        hostload.check("section short", _load(0.0, gpu=found[1:]), GUARD, [1.0], closed_loop=True)  # unresolvable pid
     finally:
         stranger.kill()
         stranger.wait()

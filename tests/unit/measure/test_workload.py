@@ -111,10 +111,10 @@ def test_the_schedule_check_refuses_only_a_lag_above_the_limit(model):
 
     spec = expand_grid(fault_study(model))[0]
     limit = spec.max_schedule_lag_s
-    runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": limit}})  # at the limit: kept
-    runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": None}})  # closed loop: no schedule
+    runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": limit}})  # at the limit: kept
+    runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": None}})  # closed loop: no schedule
     with pytest.raises(ClientOverload) as caught:
-        runner._check_schedule(spec, "short", {"schedule_lag_s": {"p99": 0.2}})
+        runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": 0.2}})
     assert caught.value.reason.startswith(
         f"section short: requests left the client 200.0 ms late (p99) against their schedule, above "
         f"workload.max_schedule_lag_s = {limit * 1000:.1f} ms")

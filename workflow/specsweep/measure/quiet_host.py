@@ -263,28 +263,31 @@ def server_cpus(pids: set[int]) -> set[int] | None:
     return cpus or None
 
 
-def check(section: str, load: dict, guard: Guard, repeats_tok_s: list[float], closed_loop: bool) -> None:
-    """Raise NoisyHost when the section was not measured alone or its repeats disagree."""
+def check(where: str, load: dict, guard: Guard, repeats_tok_s: list[float], closed_loop: bool) -> None:
+    """Raise NoisyHost when the section was not measured alone or its repeats disagree.
+
+    ``where`` begins each message ("section chat at c2", "search step 3"); the record's section
+    is the runner's phase, as for every failure inside it."""
     contended = load["contended_cores"]
     if contended is not None and contended > guard.max_foreign_cores and load["cpu_s"] > FLOOR_CPU_S:
         top = ", ".join(f"{p['name']} (pid {p['pid']}) {p['cpu_s']:.1f} s" for p in load["top"])
         waited = (f"the server waited for a CPU {load['server_wait_cores']:.2f} cores-worth"
                   if load["server_wait_cores"] is not None else "the server's cores had none idle")
         raise NoisyHost(
-            f"section {section}: other processes took {contended:.2f} cores from the server ({waited}, while "
+            f"{where}: other processes took {contended:.2f} cores from the server ({waited}, while "
             f"they used {load['cores_on_server_cpus']:.2f} cores where it runs; {load['cpu_s']:.1f} CPU-s in all: "
             f"{top}), above guard.max_foreign_cores = {guard.max_foreign_cores:g}; stop them, pin them to other "
-            f"cores, or wait for a quiet host", section=section)
+            f"cores, or wait for a quiet host")
     visible = [p for p in load["gpu_processes"] if p["visible"]]
     if visible:
-        raise NoisyHost(f"section {section}: other processes on the job's GPUs: "
-                        + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible), section=section)
+        raise NoisyHost(f"{where}: other processes on the job's GPUs: "
+                        + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible))
     spread = repeat_spread(repeats_tok_s)
     if closed_loop and spread is not None and spread > guard.max_repeat_spread:
         raise NoisyHost(
-            f"section {section}: its repeats ran at {min(repeats_tok_s):.1f}-{max(repeats_tok_s):.1f} tok/s, "
+            f"{where}: its repeats ran at {min(repeats_tok_s):.1f}-{max(repeats_tok_s):.1f} tok/s, "
             f"a spread of {spread:.0%} of their mean, above guard.max_repeat_spread = "
-            f"{guard.max_repeat_spread:.0%}: something else changed the pace", section=section)
+            f"{guard.max_repeat_spread:.0%}: something else changed the pace")
 
 
 def repeat_spread(values: list[float]) -> float | None:

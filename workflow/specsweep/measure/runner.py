@@ -310,9 +310,9 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     load = watch.stop(time.monotonic() - t0)
     finished_at = utc_now()
     stats = section_stats.section_metrics(runs, delta, server.backend)
-    _check_counters(section.name, stats, server.backend.token_counter)
-    _check_schedule(spec, section.name, stats)
-    quiet_host.check(section.name, load, watch.guard, stats["output_tok_s_repeats"],
+    _check_counters(label, stats, server.backend.token_counter)
+    _check_schedule(spec, label, stats)
+    quiet_host.check(label, load, watch.guard, stats["output_tok_s_repeats"],
                    closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
@@ -340,21 +340,20 @@ def _counters_after(server: ServerProcess, before: dict[str, float], where: str)
     return after
 
 
-def _check_counters(name: str, stats: dict, counter: str | None) -> None:
-    """The server's own token counter must agree with the per-request counts."""
+def _check_counters(where: str, stats: dict, counter: str | None) -> None:
+    """The server's own token counter must agree with the per-request counts (``where``: the
+    section's label; the record's section is the runner's phase)."""
     counted = stats["counters"].get(counter) if counter else None
     if counted is not None and int(counted) != stats["output_tokens"]:
         raise InvalidResponse(
-            f"section {name}: server counted {int(counted)} generated tokens, responses say "
-            f"{stats['output_tokens']}", section=name,
-        )
+            f"{where}: server counted {int(counted)} generated tokens, responses say {stats['output_tokens']}")
 
 
-def _check_schedule(spec: RunSpec, name: str, stats: dict) -> None:
+def _check_schedule(spec: RunSpec, where: str, stats: dict) -> None:
     lag = stats["schedule_lag_s"]["p99"]
     if lag is not None and lag > spec.max_schedule_lag_s:
         raise ClientOverload(
-            f"section {name}: requests left the client {lag * 1000:.1f} ms late (p99) against their "
+            f"{where}: requests left the client {lag * 1000:.1f} ms late (p99) against their "
             f"schedule, above workload.max_schedule_lag_s = {spec.max_schedule_lag_s * 1000:.1f} ms; "
             f"lower the request rate or concurrency, or give the client a core of its own"
         )

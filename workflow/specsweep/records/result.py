@@ -122,6 +122,13 @@ class Result:
     def search_sections(self) -> list[dict]:
         return (self.search or {}).get("sections") or []
 
+    def best_search_step(self) -> dict | None:
+        """The section document of the highest-rate search step that met the objective; None when
+        none did (or there was no search). The one reading of "best" that the check and the
+        summary share."""
+        met = [doc for step, doc in zip((self.search or {}).get("steps") or [], self.search_sections) if step["meets"]]
+        return max(met, key=lambda doc: doc["request_rate"]) if met else None
+
     def _validate_search(self) -> None:
         """The goodput search is what its steps measured: each step a whole section at its rate,
         its verdict that of its p99s against the objective, the sustained rate the highest that met
@@ -146,9 +153,8 @@ class Result:
             if step["meets"] != bound.met_by(*figures):
                 raise InvalidResult(f"search step {step['step']}: marked {'met' if step['meets'] else 'missed'}, "
                                     f"its p99s say otherwise under {bound.text()}")
-        met = [s for s in steps if s["meets"]]
-        best = max(met, key=lambda s: s["rate"]) if met else None
-        if self.search.get("sustained_rate_rps") != (best["rate"] if best else None) or \
+        best = self.best_search_step()
+        if self.search.get("sustained_rate_rps") != (best["request_rate"] if best else None) or \
                 self.search.get("goodput_tok_s") != (best["output_tok_s"] if best else None):
             raise InvalidResult("search: its sustained rate or goodput is not that of its highest step that met "
                                 "the objective")
@@ -161,8 +167,7 @@ class Result:
         it, the row has no figures: not a zero."""
         rows = [{"section": s["name"], "load": s["load"], **_metrics(s)} for s in self.sections]
         if self.search is not None:
-            best = next((d for d in self.search_sections if d["request_rate"] == self.search["sustained_rate_rps"]),
-                        None)
+            best = self.best_search_step()
             rows.append({"section": self.search["objective"]["section"], "load": SLO,
                          **(_metrics(best) if best else {}), "sustained_rate_rps": self.search["sustained_rate_rps"],
                          "goodput_tok_s": self.search["goodput_tok_s"], "search_steps": len(self.search["steps"]),

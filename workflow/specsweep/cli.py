@@ -19,7 +19,15 @@ from pathlib import Path
 import yaml
 
 from specsweep.analysis import aggregate
-from specsweep.errors import ConfigError, HostNotReady, InternalError, Interrupted, NoisyHost, SpecsweepError
+from specsweep.errors import (
+    ConfigError,
+    GpuThrottled,
+    HostNotReady,
+    InternalError,
+    Interrupted,
+    NoisyHost,
+    SpecsweepError,
+)
 from specsweep.measure import host_facts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
@@ -259,11 +267,12 @@ def _check_same_study(spec: RunSpec, runs_dir: Path) -> None:
 
 
 def _settle_after_noisy_host(failures_dir: Path, spec: RunSpec, guard: quiet_host.Guard) -> None:
-    """A retry after a noisy-host failure gives the host time to quiet down first."""
+    """A retry after a noisy-host (or gpu-throttled) failure gives the host time to quiet down
+    (or the GPU to cool) first."""
     from specsweep.measure.runner import say
 
     latest = store.latest_failure(failures_dir, spec.name)
-    if latest is not None and latest.failure_class == NoisyHost.failure_class:
+    if latest is not None and latest.failure_class in (NoisyHost.failure_class, GpuThrottled.failure_class):
         say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
             terminal=True)
         time.sleep(guard.retry_pause_s)

@@ -146,6 +146,20 @@ class NoisyHost(SpecsweepError):
     transient = True
 
 
+class GpuThrottled(SpecsweepError):
+    """A held GPU slowed its clocks for heat or power beyond the guard's share of a section: its
+    pace was the GPU's state (a previous job's heat, the chassis's power brake), not the
+    configuration's."""
+
+    failure_class = "gpu-throttled"
+    exit_code = 28
+    advice = (
+        "let the GPU cool (nvidia-smi -q -d PERFORMANCE names what slowed it) and check its cooling and power, "
+        "then run the same command again"
+    )
+    transient = True
+
+
 class ResultRefused(SpecsweepError):
     """Aggregation found result files it cannot use (corrupt, another schema version): they were
     moved aside so that the next run measures those configurations again."""

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from specsweep.measure import quiet_host as hostload
 from specsweep.records import store as results
 from specsweep.servers import templates as command
 
-GUARD = hostload.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0)
+GUARD = hostload.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
 
 
 # --- secrets and exposure ---------------------------------------------------------------------
@@ -347,6 +348,9 @@ class FakeNVML:
     def nvmlSystemGetDriverVersion(self):
         return "580.95.05"
 
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h:08d}-0000-0000-0000-000000000000"
+
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [types.SimpleNamespace(pid=4242, usedGpuMemory=self.used[h])] if self.used[h] > 2 << 30 else []
 
@@ -405,7 +409,9 @@ def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, m
 def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 0, 1: 0}))
     hw = hardware.facts(("1",))
+    # This NVML has no PCI facts (nvmlDeviceGetPciInfo): that one is left out, the rest kept.
     assert hw["gpus"] == [{"index": "1", "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                           "uuid": "GPU-00000001-0000-0000-0000-000000000000",
                            "memory_bytes": 96 << 30, "compute_capability": "12.0"}]
     assert hw["compute_capability"] == "12.0" and hw["gpu_driver"] == "580.95.05" and hw["gpu_count"] == 1
     assert hw["logical_cores"] == os.cpu_count() and hw["memory_bytes"] > 0 and hw["cpu_model"]
@@ -427,3 +433,44 @@ def test_each_job_gets_its_own_port_even_when_asked_for_one_in_use(gpus):
         devices.acquire(1, holder="c", announce=print, gpu=True, port=second.side_port)
     first.release()
     second.release()
+
+
+def test_ports_a_server_derives_from_its_own_are_reserved_with_it(gpus):
+    """SGLang with DP attention opens port + 233 .. port + 239 (Backend.derived_ports)."""
+    from specsweep.servers.backends import sglang
+
+    def derive(port: int) -> tuple[int, ...]:
+        return sglang.BACKEND.derived_ports(["--enable-dp-attention"], port)
+
+    first = devices.acquire(1, holder="a", announce=print, gpu=True, derived=derive)
+    second = devices.acquire(1, holder="b", announce=print, gpu=True, derived=derive)
+    assert first.derived_ports == tuple(range(first.port + 233, first.port + 240))
+    ports = [p for lease in (first, second) for p in (lease.port, lease.side_port, *lease.derived_ports)]
+    assert len(ports) == len(set(ports)) == 18  # no port of one job is the other's
+    # A job asking for the port whose derived ports are held is refused with the fix, and holds nothing.
+    with pytest.raises(PortConflict, match=rf"beside port {first.port - 1} \({first.port + 232}-{first.port + 238}\) "
+                                           r"are reserved by another specsweep job or in use on this host; let "
+                                           r"specsweep pick the port"):
+        devices.acquire(1, holder="c", announce=print, gpu=True, port=first.port - 1, derived=derive)
+    first.release()
+    second.release()
+    again = devices.acquire(1, holder="c", announce=print, gpu=True, port=first.port - 1, derived=derive)
+    again.release()
+
+
+def test_a_derived_port_in_use_on_the_host_moves_the_job_to_another_port(gpus):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        taken = busy.getsockname()[1]
+        tries = []
+
+        def derive(port: int) -> tuple[int, ...]:
+            tries.append(port)
+            return (taken,) if len(tries) == 1 else (port + 1,)  # the first port's derived one is in use
+
+        lease = devices.acquire(1, holder="a", announce=print, gpu=True, derived=derive)
+        assert len(tries) >= 2 and lease.derived_ports == (lease.port + 1,)
+        lease.release()
+        with pytest.raises(PortConflict, match="in use on this host"):
+            devices.acquire(1, holder="b", announce=print, gpu=True, port=lease.port, derived=lambda _p: (taken,))

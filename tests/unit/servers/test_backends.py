@@ -452,3 +452,28 @@ def test_each_result_says_what_its_budget_meant_on_that_server(backend, args, bu
     meaning = backends.get(backend).budget_meaning(spec)
     assert (meaning["flag"], meaning["drafts_per_step"]) == (flag, drafts)
     assert ("not known to specsweep" in meaning["means"]) == (drafts is None)
+
+
+def test_sglang_with_dp_attention_opens_ports_derived_from_its_own():
+    """PortArgs.init_new (sglang srt/server_args.py): port + 233, then port_base = that + 1 .. + 5."""
+    sglang = backends.get("sglang")
+    assert sglang.derived_ports(["--port", "30000"], 30000) == ()  # ipc:// files without DP attention
+    assert sglang.derived_ports(["--enable-dp-attention"], 30000) == (30233, *range(30234, 30240))
+    assert sglang.derived_ports(["--enable-dp-attention"], 65400) == (65167, *range(65168, 65174))  # past 65535
+    assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr=10.0.0.1:5000"], 30000) == \
+        (5000, *range(5001, 5007))
+    assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "127.0.0.1:65532"], 1) == \
+        (65532, *range(65525, 65531))  # dist_init_port - 7 onwards when + 6 would pass 65535
+    assert backends.get("llama-server").derived_ports(["--enable-dp-attention"], 30000) == ()
+
+
+def test_sglang_on_several_nodes_is_refused_before_any_launch():
+    from specsweep.study.loading import check_study
+
+    study = config.validate_study({"backend": "sglang", "model": {"path": "Qwen/Qwen3-8B"},
+                                   "server": {"gpu": True, "binary": "python3"}})
+    study["server"]["command"] = [*study["server"]["command"], "--nnodes", "2"]
+    with pytest.raises(ConfigError, match=r"--nnodes 2: a specsweep job leases the GPUs, ports and quiet host of "
+                                          r"one machine"):
+        check_study(study)
+    backends.get("sglang").check_launch(["--nnodes", "1"])  # one node: fine

@@ -86,14 +86,17 @@ def gpu_check(tp: int) -> Check:
                      "no GPU: NVML sees none, and neither SPECSWEEP_GPUS nor CUDA_VISIBLE_DEVICES names any",
                      "run on a GPU host (pip install nvidia-ml-py for NVML), or set server.gpu: false")
     used = {g: host_facts.memory_used(g) for g in gpus}
-    taken = [g for g in gpus if used[g] is not None and used[g] > leases.FREE_MEMORY_MIB * leases.MIB]
+    taken = [g for g in gpus if not leases.is_free(used[g])]
     shown = ", ".join(g + (f" ({used[g] >> 20} MiB in use by pid(s) {host_facts.gpu_pids(g)})" if g in taken else "")
                       for g in gpus)
     free = len(gpus) - len(taken)
     if free < tp:
         return Check("gpus", False, f"{free} free GPU(s) of {len(gpus)} ({shown}), the grid's largest tp is {tp}",
                      "wait for the GPUs' other users, or exclude the larger tp")
-    return Check("gpus", True, f"{len(gpus)} GPU(s): {shown}; {free} free; largest tp {tp}")
+    group = leases.best_group([g for g in gpus if g not in taken], tp) if tp > 1 else ()
+    link = host_facts.worst_link(host_facts.link(a, b) for i, a in enumerate(group) for b in group[i + 1:])
+    topology = f" (GPUs {','.join(group)} over {link or 'an unknown link'})" if group else ""
+    return Check("gpus", True, f"{len(gpus)} GPU(s): {shown}; {free} free; largest tp {tp}{topology}")
 
 
 def guard_check(config: dict, idle_s: float) -> Check:

@@ -42,23 +42,72 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def handle(lib, gpu: str):
+    """NVML's handle of a GPU named by index or by UUID (CUDA_VISIBLE_DEVICES may hold either)."""
+    if gpu.startswith(("GPU-", "MIG-")):
+        return lib.nvmlDeviceGetHandleByUUID(gpu)
+    return lib.nvmlDeviceGetHandleByIndex(int(gpu))
+
+
 def gpu_facts(gpus: tuple[str, ...] | list[str]) -> list[dict]:
-    """Name, memory and compute capability (e.g. "12.0" on SM120) of each GPU index given."""
+    """Name, UUID, PCI bus id, memory and compute capability (e.g. "12.0" on SM120) of each GPU
+    given. The UUID names a GPU for good: indices differ between NVML, CUDA's default order and
+    another host."""
     lib = nvml()
     out = []
     for gpu in gpus:
         entry: dict = {"index": gpu}
         if lib is not None:
             try:
-                handle = lib.nvmlDeviceGetHandleByIndex(int(gpu))
-                major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
-                entry.update(name=_text(lib.nvmlDeviceGetName(handle)),
-                             memory_bytes=int(lib.nvmlDeviceGetMemoryInfo(handle).total),
+                h = handle(lib, gpu)
+                major, minor = lib.nvmlDeviceGetCudaComputeCapability(h)
+                entry.update(name=_text(lib.nvmlDeviceGetName(h)), uuid=_text(lib.nvmlDeviceGetUUID(h)),
+                             memory_bytes=int(lib.nvmlDeviceGetMemoryInfo(h).total),
                              compute_capability=f"{major}.{minor}")
-            except Exception:  # a GPU NVML cannot describe keeps its index only
+                entry["pci_bus_id"] = _text(lib.nvmlDeviceGetPciInfo(h).busId)
+            except Exception:  # what NVML cannot say about a GPU is left out, never guessed
                 pass
         out.append(entry)
     return out
+
+
+# How two GPUs talk, best first: NVLink (NVML's P2P status over NVLINK is OK), else the PCIe path
+# through their closest common ancestor (nvmlGpuTopologyLevel_t: INTERNAL 0, SINGLE 10, MULTIPLE
+# 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50 in nvidia-ml-py's pynvml.py), named as nvidia-smi topo -m
+# names them. tp > 1 moves every layer's activations over this link.
+LINKS = ("NVLINK", "BOARD", "PIX", "PXB", "PHB", "NODE", "SYS")
+_ANCESTORS = {0: "BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def link(a: str, b: str) -> str | None:
+    """The link between two GPUs (one of LINKS); None where NVML cannot say (simulated GPUs)."""
+    lib = nvml()
+    if lib is None:
+        return None
+    try:
+        ha, hb = handle(lib, a), handle(lib, b)
+    except Exception:
+        return None
+    try:
+        if lib.nvmlDeviceGetP2PStatus(ha, hb, lib.NVML_P2P_CAPS_INDEX_NVLINK) == lib.NVML_P2P_STATUS_OK:
+            return "NVLINK"
+    except Exception:  # no NVLink on this system: NVML answers NOT_SUPPORTED
+        pass
+    try:
+        return _ANCESTORS.get(int(lib.nvmlDeviceGetTopologyCommonAncestor(ha, hb)))
+    except Exception:
+        return None
+
+
+def link_rank(name: str | None) -> int:
+    """Smaller is better; an unknown link ranks as all others do, so order alone decides."""
+    return LINKS.index(name) if name in LINKS else 0
+
+
+def worst_link(links) -> str | None:
+    """The slowest of some links (what a tp group's all-reduce waits for); None if none is known."""
+    known = [found for found in links if found is not None]
+    return max(known, key=LINKS.index) if known else None
 
 
 def facts(gpus: tuple[str, ...] = ()) -> dict:
@@ -72,6 +121,7 @@ def facts(gpus: tuple[str, ...] = ()) -> dict:
             pass
     held = gpu_facts(gpus)
     caps = sorted({g["compute_capability"] for g in held if "compute_capability" in g})
+    links = [{"gpus": [a, b], "link": link(a, b)} for i, a in enumerate(gpus) for b in gpus[i + 1:]]
     return {
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
@@ -80,6 +130,8 @@ def facts(gpus: tuple[str, ...] = ()) -> dict:
         "os": platform.platform(),
         "gpu_count": len(held),
         "gpus": held,
+        "gpu_links": links,  # every pair of held GPUs (tp > 1)
+        "gpu_link": worst_link(p["link"] for p in links),
         "gpu_driver": driver,
         "compute_capability": caps[0] if len(caps) == 1 else (",".join(caps) or None),
     }
@@ -92,7 +144,7 @@ def local_compute_capability() -> str | None:
     if lib is None:
         return None
     try:
-        major, minor = lib.nvmlDeviceGetCudaComputeCapability(lib.nvmlDeviceGetHandleByIndex(0))
+        major, minor = lib.nvmlDeviceGetCudaComputeCapability(lib.nvmlDeviceGetHandleByIndex(0))  # the host's first
     except Exception:
         return None
     return f"{major}.{minor}"
@@ -104,7 +156,7 @@ def memory_used(gpu: str) -> int | None:
     if lib is None:
         return None
     try:
-        return int(lib.nvmlDeviceGetMemoryInfo(lib.nvmlDeviceGetHandleByIndex(int(gpu))).used)
+        return int(lib.nvmlDeviceGetMemoryInfo(handle(lib, gpu)).used)
     except Exception:
         return None
 
@@ -115,6 +167,42 @@ def gpu_pids(gpu: str) -> list[int]:
     if lib is None:
         return []
     try:
-        return [p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(int(gpu)))]
+        return [p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses(handle(lib, gpu))]
     except Exception:
         return []
+
+
+# NVML's clock-event (formerly "throttle") reason bits, nvmlClocksEventReason* in nvidia-ml-py's
+# pynvml.py. Those in SLOWED make a GPU's pace its own state rather than the configuration's:
+# heat a previous job left, a failing fan, the chassis's power brake. The software power cap is
+# the configuration's own draw meeting the board's limit (a larger budget draws more): recorded,
+# never a failure.
+CLOCK_EVENTS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
+                0x100: "display_clocks"}
+SLOWED = 0x8 | 0x20 | 0x40 | 0x80
+POWER_CAP = 0x4
+
+
+def clock_events(bits: int) -> list[str]:
+    return [name for bit, name in CLOCK_EVENTS.items() if bits & bit]
+
+
+def gpu_sample(gpus: tuple[str, ...]) -> list[dict]:
+    """One reading per GPU NVML can read: SM clock (MHz), temperature (C), power (W), and the
+    clock-event reason bits in force; [] without NVML (simulated GPUs)."""
+    lib = nvml() if gpus else None
+    if lib is None:
+        return []
+    out = []
+    for gpu in gpus:
+        try:
+            h = handle(lib, gpu)
+            reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                lib.nvmlDeviceGetCurrentClocksThrottleReasons  # the older name, deprecated in CUDA 13
+            out.append({"gpu": gpu, "sm_clock_mhz": int(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM)),
+                        "temperature_c": int(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)),
+                        "power_w": lib.nvmlDeviceGetPowerUsage(h) / 1000.0, "reasons": int(reasons(h))})
+        except Exception:  # a GPU that cannot be read this time leaves a sample out, never a guess
+            continue
+    return out

@@ -11,7 +11,9 @@ different folders, and the kernel releases them when a job dies, however it dies
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -63,6 +65,7 @@ class Lease:
     waited_s: float = 0.0
     port: int = 0  # reserved for this job's server: no other job on the host is handed it
     side_port: int = 0  # a second one, for a port the server opens beside it ({side_port})
+    derived_ports: tuple[int, ...] = ()  # those the server opens at places derived from port
     memory_wait_s: float = 0.0  # how long teardown waited for the GPUs' memory to be released
     _fds: list[int] = field(default_factory=list, repr=False)
 
@@ -100,11 +103,12 @@ def release_timeout_s() -> float:
 
 
 def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool = False,
-            port: int | None = None) -> Lease:
+            port: int | None = None, derived: Callable[[int], tuple[int, ...]] | None = None) -> Lease:
     """Block until this job holds its devices and a port; say who it waits for while it waits.
 
     ``gpu``: the server runs on tp GPUs of this host (server.gpu); otherwise it is a CPU
-    measurement and the whole machine is its one device.
+    measurement and the whole machine is its one device. ``derived``: the ports the server will
+    open given its port (Backend.derived_ports), reserved with it.
     """
     candidates, want = _candidates(tp, gpu)
     folder = lock_dir()
@@ -112,7 +116,8 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
     t0 = time.monotonic()
     last_said = None
     while True:
-        lease = _try_take(folder, free_first(candidates) if gpu else candidates, want)
+        lease = _try_take(folder, free_first(candidates) if gpu else candidates, want,
+                          pick=best_group if gpu and want > 1 else None)
         if lease is not None:
             break
         if last_said is None or time.monotonic() - last_said >= ANNOUNCE_EVERY_S:
@@ -130,7 +135,7 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
                 raise DeviceBusy(f"GPU(s) {busy} still have memory in use after {release_timeout_s():g} s, "
                                  f"by pid(s) {sorted({p for g in lease.gpus for p in host_facts.gpu_pids(g)})}; "
                                  f"a server of an earlier job may not have exited (see nvidia-smi)")
-        lease.port = _reserve_port(folder, lease, port)
+        lease.port = _reserve_with_derived(folder, lease, port, derived or (lambda _port: ()))
         # Never the same as port: this lease's own lock on it refuses a second flock too.
         lease.side_port = _reserve_port(folder, lease, None)
     except BaseException:
@@ -159,8 +164,7 @@ def free_first(gpus: list[str]) -> list[str]:
     free GPUs at once rather than the lowest unlocked one, and waits (await_free_memory) only when
     no free ones are left.
     """
-    used = {g: host_facts.memory_used(g) for g in gpus}
-    free = [g for g in gpus if used[g] is None or used[g] <= FREE_MEMORY_MIB * MIB]
+    free = [g for g in gpus if is_free(host_facts.memory_used(g))]
     return free + [g for g in gpus if g not in free]
 
 
@@ -171,10 +175,45 @@ def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, l
     """
     t0 = time.monotonic()
     while True:
-        busy = [g for g in gpus if (used := host_facts.memory_used(g)) is not None and used > FREE_MEMORY_MIB * MIB]
+        busy = [g for g in gpus if not is_free(host_facts.memory_used(g))]
         if not busy or time.monotonic() - t0 >= timeout_s:
             return time.monotonic() - t0, busy
         time.sleep(POLL_S)
+
+
+def _reserve_with_derived(folder: Path, lease: Lease, port: int | None,
+                          derived: Callable[[int], tuple[int, ...]]) -> int:
+    """The server's port and every port derived from it, all reserved; another free port (unless
+    one was asked for) while some derived one is another job's or in use on the host."""
+    for _ in range(50):
+        chosen = _reserve_port(folder, lease, port)
+        mark = len(lease._fds)
+        if all(_lock_port(folder, lease, p) and probes.port_is_free(p) for p in derived(chosen)):
+            lease.derived_ports = derived(chosen)
+            return chosen
+        for fd in lease._fds[mark - 1:]:  # the port and the derived ones locked so far
+            os.close(fd)
+        del lease._fds[mark - 1:]
+        if port:
+            raise PortConflict(f"the ports the server would open beside port {port} ({_ranges(derived(port))}) are "
+                               f"reserved by another specsweep job or in use on this host; let specsweep pick the "
+                               f"port, and drop any fixed --dist-init-addr")
+    raise PortConflict("no port whose derived ports are free after 50 tries")
+
+
+def _ranges(ports: tuple[int, ...]) -> str:
+    return f"{min(ports)}-{max(ports)}" if ports else "none"
+
+
+def _lock_port(folder: Path, lease: Lease, port: int) -> bool:
+    fd = os.open(folder / f"port-{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    lease._fds.append(fd)
+    return True
 
 
 def _reserve_port(folder: Path, lease: Lease, port: int | None) -> int:
@@ -205,9 +244,14 @@ def check_exclusions(excluded_on: tuple, hw: dict) -> None:
                            f"host, or set hardware.compute_capability in the study")
 
 
-def _try_take(folder: Path, candidates: list[str], want: int) -> Lease | None:
-    """Lock ``want`` free devices without blocking, or none: never hold some while waiting."""
-    taken: list[tuple[str, int]] = []
+def _try_take(folder: Path, candidates: list[str], want: int,
+              pick: Callable[[list[str], int], tuple[str, ...]] | None = None) -> Lease | None:
+    """Lock ``want`` free devices without blocking, or none: never hold some while waiting.
+
+    Without ``pick`` the first ``want`` unlocked candidates; with it, every unlocked one is
+    locked for a moment and ``pick`` chooses among them (the others are let go at once).
+    """
+    taken: dict[str, int] = {}
     for device in candidates:
         fd = os.open(folder / f"{device}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
         try:
@@ -215,12 +259,39 @@ def _try_take(folder: Path, candidates: list[str], want: int) -> Lease | None:
         except BlockingIOError:
             os.close(fd)
             continue
-        taken.append((device, fd))
-        if len(taken) == want:
-            return Lease(devices=tuple(d for d, _ in taken), _fds=[fd for _, fd in taken])
-    for _, fd in taken:
-        os.close(fd)
-    return None
+        taken[device] = fd
+        if len(taken) == want and pick is None:
+            break
+    chosen = (pick(list(taken), want) if pick else tuple(taken)) if len(taken) >= want else ()
+    for device, fd in taken.items():
+        if device not in chosen:
+            os.close(fd)
+    return Lease(devices=tuple(chosen), _fds=[taken[d] for d in chosen]) if chosen else None
+
+
+# Past this many groups to weigh, the first free ones are taken (a 16-GPU box at tp 8: 12870).
+MAX_GROUPS = 5000
+
+
+def best_group(gpus: list[str], want: int) -> tuple[str, ...]:
+    """The tp group to take of these unlocked GPUs (free ones first, in pool order): fewest with
+    foreign memory, then the best slowest link between any two (NVLink before a PCIe switch
+    before the CPU's interconnect), then the earliest in the pool."""
+    if math.comb(len(gpus), want) > MAX_GROUPS:
+        return tuple(gpus[:want])
+    busy = {g for g in gpus if not is_free(host_facts.memory_used(g))}
+    links = {(a, b): host_facts.link(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+
+    def cost(group: tuple[str, ...]) -> tuple:
+        slowest = host_facts.worst_link(links[(a, b)] for i, a in enumerate(group) for b in group[i + 1:])
+        return len(busy.intersection(group)), host_facts.link_rank(slowest), [gpus.index(g) for g in group]
+
+    return min(itertools.combinations(gpus, want), key=cost)
+
+
+def is_free(used: int | None) -> bool:
+    """Whether a GPU with this much memory in use (None: NVML cannot say) counts as free."""
+    return used is None or used <= FREE_MEMORY_MIB * MIB
 
 
 def make_shared_dir(folder: Path) -> None:

@@ -16,17 +16,24 @@ Per section the guard measures
 and counts as contended the smaller of the two: the server waited, and others ran where it could
 have. Without schedstat, the others' load on the server's CPUs beyond the cores the server and
 the harness left idle. Above guard.max_foreign_cores the section fails as noisy-host. GPUs: other
-processes that NVML lists on the job's GPUs. Every figure goes into the result either way.
+processes that NVML lists on the job's GPUs; and each held GPU's clocks, heat, power and NVML
+clock-event reasons, read through the section, failing it as gpu-throttled when heat or a power
+brake slowed a GPU in more than guard.max_gpu_slowed_share of the readings. Every figure goes into
+the result either way.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
+import statistics
+import threading
 from dataclasses import dataclass
 
 import psutil
 
-from specsweep.errors import NoisyHost
+from specsweep.errors import GpuThrottled, NoisyHost
 from specsweep.measure import host_facts
 
 Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent pid])
@@ -42,6 +49,7 @@ class Guard:
     max_foreign_cores: float
     max_repeat_spread: float
     retry_pause_s: float
+    max_gpu_slowed_share: float
 
 
 def snapshot() -> Snapshot:
@@ -203,14 +211,68 @@ def gpu_foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
     found = []
     try:
         for gpu in gpus:
-            handle = lib.nvmlDeviceGetHandleByIndex(int(gpu))
-            for proc in lib.nvmlDeviceGetComputeRunningProcesses(handle):
+            for proc in lib.nvmlDeviceGetComputeRunningProcesses(host_facts.handle(lib, gpu)):
                 if proc.pid not in own:
                     found.append({"gpu": gpu, "pid": proc.pid, "visible": psutil.pid_exists(proc.pid),
                                   "used_memory": getattr(proc, "usedGpuMemory", None)})
     except Exception:  # NVML errors never fail a measurement; they only leave the list short
         return found
     return found
+
+
+# How often a held GPU is read during a section: often enough that a throttled stretch of a
+# second shows, seldom enough (one NVML call set per GPU) to take nothing from the server.
+SAMPLE_EVERY_S = 0.2
+
+
+class GpuSampler:
+    """Each held GPU's SM clock, temperature, power and clock-event reasons through one section,
+    read every SAMPLE_EVERY_S on a thread of its own (and once at each end)."""
+
+    def __init__(self, gpus: tuple[str, ...]):
+        self.gpus = gpus
+        self.samples: list[dict] = []
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.samples, self._thread = host_facts.gpu_sample(self.gpus), None
+        self._done.clear()
+        if self.samples:  # nothing NVML can read (no GPU, simulated ones): no thread
+            self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(SAMPLE_EVERY_S):
+            self.samples.extend(host_facts.gpu_sample(self.gpus))
+
+    def stop(self) -> list[dict]:
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+            self.samples.extend(host_facts.gpu_sample(self.gpus))
+        return gpu_telemetry(self.samples)
+
+
+def gpu_telemetry(samples: list[dict]) -> list[dict]:
+    """Per GPU: its samples' SM clock (min, mean, max), hottest temperature, power (mean, max),
+    the share of samples slowed for heat or power (host_facts.SLOWED) and at the power cap, and
+    every clock-event reason seen."""
+    out = []
+    for gpu in dict.fromkeys(s["gpu"] for s in samples):
+        mine = [s for s in samples if s["gpu"] == gpu]
+        clocks, power = [s["sm_clock_mhz"] for s in mine], [s["power_w"] for s in mine]
+        seen = functools.reduce(operator.or_, (s["reasons"] for s in mine), 0)
+        out.append({
+            "gpu": gpu, "samples": len(mine),
+            "sm_clock_mhz": {"min": min(clocks), "mean": round(statistics.fmean(clocks), 1), "max": max(clocks)},
+            "temperature_c_max": max(s["temperature_c"] for s in mine),
+            "power_w": {"mean": round(statistics.fmean(power), 1), "max": round(max(power), 1)},
+            "slowed_share": round(sum(bool(s["reasons"] & host_facts.SLOWED) for s in mine) / len(mine), 4),
+            "power_capped_share": round(sum(bool(s["reasons"] & host_facts.POWER_CAP) for s in mine) / len(mine), 4),
+            "reasons": host_facts.clock_events(seen),
+        })
+    return out
 
 
 class SectionWatch:
@@ -224,8 +286,10 @@ class SectionWatch:
         self.before: Snapshot = {}
         self.sched_before: dict | None = None
         self.pressure_before: float | None = None
+        self.sampler = GpuSampler(gpus)
 
     def start(self) -> None:
+        self.sampler.start()
         self.before = snapshot()
         self.sched_before = schedstat(set(self.server_pids()))
         self.pressure_before = cpu_pressure()
@@ -249,6 +313,7 @@ class SectionWatch:
                                      else None)
         doc["max_cores"] = self.guard.max_foreign_cores
         doc["gpu_processes"] = gpu_foreign(self.gpus, own)
+        doc["gpu_telemetry"] = self.sampler.stop()
         return doc
 
 
@@ -282,6 +347,14 @@ def check(where: str, load: dict, guard: Guard, repeats_tok_s: list[float], clos
     if visible:
         raise NoisyHost(f"{where}: other processes on the job's GPUs: "
                         + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible))
+    for gpu in load.get("gpu_telemetry") or []:
+        if gpu["slowed_share"] > guard.max_gpu_slowed_share:
+            slowed = [r for r in gpu["reasons"] if r in host_facts.clock_events(host_facts.SLOWED)]
+            raise GpuThrottled(
+                f"{where}: GPU {gpu['gpu']} ran slowed ({', '.join(slowed)}) in {gpu['slowed_share']:.0%} of "
+                f"{gpu['samples']} readings (SM clock {gpu['sm_clock_mhz']['min']}-{gpu['sm_clock_mhz']['max']} "
+                f"MHz, up to {gpu['temperature_c_max']} C), above guard.max_gpu_slowed_share = "
+                f"{guard.max_gpu_slowed_share:.0%}: its pace was the GPU's state, not the configuration's")
     spread = repeat_spread(repeats_tok_s)
     if closed_loop and spread is not None and spread > guard.max_repeat_spread:
         raise NoisyHost(

@@ -61,7 +61,7 @@ def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
     spec.check_fits()  # again here: a spec can also come by hand, as JSON
     check_spec_command(spec)
     api_key(spec)
-    backends.get(spec.backend)
+    backends.get(spec.backend).check_launch(list(spec.command) + list(spec.speculative_args))
     if EMBEDDED in (spec.binary, spec.model_path):
         raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
     check_model_path(spec)
@@ -117,8 +117,9 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
     started_at = utc_now()
     # Held from launch to teardown: no other measurement shares these devices meanwhile.
     with ExitStack() as stack:
-        lease = stack.enter_context(leases.acquire(spec.tp, holder=spec.name, gpu=spec.gpu, port=port,
-                                                    announce=lambda m: say(spec, m, terminal=True)))
+        lease = stack.enter_context(leases.acquire(
+            spec.tp, holder=spec.name, gpu=spec.gpu, port=port, announce=lambda m: say(spec, m, terminal=True),
+            derived=lambda p: backend.derived_ports(launch.server_argv(spec, p, key), p)))
         hw = host_facts.facts(lease.gpus)
         leases.check_exclusions(spec.excluded_on, hw)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
@@ -139,7 +140,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             backend.check_context(spec, facts)
             measured = _measure(spec, server, guard, lease.gpus, prompt_source)
         isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
-                     "side_port": lease.side_port,
+                     "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
                      "lock_dir": str(leases.lock_dir()), "guard": asdict(guard)}
         result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
                               startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation,

@@ -21,6 +21,18 @@ def free_port(host: str = HOST) -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    """Whether the port can be bound on every address now, as a server's own listen would."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+            sock.listen(1)
+        except OSError:
+            return False
+    return True
+
+
 def port_answers(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
     """True if something accepts TCP connections on the port."""
     try:

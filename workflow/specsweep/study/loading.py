@@ -94,6 +94,7 @@ def check_study(config: dict) -> None:
     server, own = config["server"], tuple(grid_axes.own(config["grid"]))
     check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
                   allow_remote_bind=server["allow_remote_bind"], axes=own)
+    backends.get(config["backend"]).check_launch(server["command"] + server["speculative_args"])
     check_env(server["env"], own)
     check_axes(config)
     specs = expand_grid(config)

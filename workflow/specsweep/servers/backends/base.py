@@ -72,6 +72,15 @@ class Backend:
         """{ctx_size}: room for the longest request plus the drafts in flight."""
         return spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM
 
+    def check_launch(self, argv: list[str]) -> None:
+        """Refuse a launch command this server would run in a way one job cannot measure (raise ConfigError)."""
+
+    def derived_ports(self, argv: list[str], port: int) -> tuple[int, ...]:
+        """Ports the server opens at fixed places derived from its own port or flags, which the
+        job's lease reserves beside {port} and {side_port} so that no concurrent job is handed
+        them; () where it opens none (ports it picks free at run time cannot be reserved)."""
+        return ()
+
     # --- one request --------------------------------------------------------------------------
     def request_body(self, prompt: list[int], n_predict: int) -> dict:
         raise NotImplementedError
@@ -129,6 +138,18 @@ class Backend:
         """Mean tokens per verification step over this section alone, the token each request's
         prefill made excluded (one definition for every backend); None without speculation."""
         raise NotImplementedError
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value given to a flag as ``--flag value`` or ``--flag=value`` (the last one wins, as
+    argparse has it); None where the command does not give it."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 def budget_flag(args) -> str | None:

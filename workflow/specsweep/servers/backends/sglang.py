@@ -24,7 +24,7 @@ validates against), ``sglang/srt/entrypoints/http_server.py`` (routes), and
 from __future__ import annotations
 
 from specsweep.errors import ConfigError, InvalidResponse
-from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, get_json
+from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, flag_value, get_json
 
 # (accepted, proposed) draft-token fields of meta_info, newest spelling first.
 DRAFT_FIELDS = (
@@ -57,6 +57,30 @@ class SGLang(Backend):
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"
     signatures = (("scheduler-died", r"Scheduler hit an exception|Rank \d+ scheduler is dead|subprocess.*is dead"),)
+
+    def check_launch(self, argv: list[str]) -> None:
+        nodes = flag_value(argv, "--nnodes")
+        if nodes not in (None, "1"):
+            raise ConfigError(f"server.command runs SGLang on --nnodes {nodes}: a specsweep job leases the GPUs, "
+                              f"ports and quiet host of one machine, and cannot see another's; measure on one node")
+
+    # With --enable-dp-attention, PortArgs.init_new (srt/server_args.py) talks TCP on fixed ports
+    # instead of ipc:// files: dist_init_port (--dist-init-addr's, else port + ZMQ_TCP_PORT_DELTA
+    # = 233, port - 233 past 65535) and port_base = dist_init_port + 1 to port_base + 5 (tokenizer,
+    # detokenizer, rpc, metrics, scheduler input, load collector; dist_init_port - 7 onwards when
+    # they would pass 65535). The data-parallel ranks' worker ports are taken free at run time.
+    TCP_PORT_DELTA, DERIVED = 233, 6
+
+    def derived_ports(self, argv: list[str], port: int) -> tuple[int, ...]:
+        if "--enable-dp-attention" not in argv:
+            return ()
+        addr = flag_value(argv, "--dist-init-addr")
+        if addr is not None:
+            dist = int(addr.rsplit(":", 1)[1])
+        else:
+            dist = port + self.TCP_PORT_DELTA if port + self.TCP_PORT_DELTA <= 65535 else port - self.TCP_PORT_DELTA
+        base = dist + 1 if dist + self.DERIVED <= 65535 else dist - self.DERIVED - 1
+        return (dist, *range(base, base + self.DERIVED))
 
     def request_body(self, prompt: list[int], n_predict: int) -> dict:
         return {"input_ids": prompt, "stream": True,

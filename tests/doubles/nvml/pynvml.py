@@ -1,0 +1,129 @@
+"""A stand-in for pynvml (the nvidia-ml-py package) over a table of GPUs, for tests that need a
+GPU's answers from a process specsweep starts (the CLI): this folder goes first on PYTHONPATH and
+$FAKE_NVML names a JSON file of the GPUs, read again at every call so a test can change it.
+
+Every function answers as nvidia-ml-py 13.615.71's pynvml.py does: handles are opaque, names and
+UUIDs and the driver version come as str (``convertStrBytes``), nvmlDeviceGetPciInfo returns a
+struct whose ``busId`` is bytes (a c_char array), power is in milliwatts, clock-event reasons a
+bit mask of nvmlClocksEventReason*, topology levels nvmlGpuTopologyLevel_t values (0-50), and
+a call the device does not support raises NVMLError(NVML_ERROR_NOT_SUPPORTED).
+
+The table: {"driver": "...", "gpus": [{"uuid", "name", "pci_bus_id", "memory_total",
+"memory_used", "cc": [major, minor], "pids": [...], "sm_clock_mhz", "temperature_c",
+"power_mw", "reasons"}], "nvlink": [[i, j], ...] (pairs joined by NVLink), "ancestor":
+{"i,j": level} (others: 50, SYSTEM)}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_CLOCK_SM = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_NOT_SUPPORTED = 5  # NVML_P2P_STATUS_NOT_SUPPORTED in pynvml.py
+NVML_TOPOLOGY_SYSTEM = 50
+
+
+class NVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+def _table() -> dict:
+    with open(os.environ["FAKE_NVML"]) as f:
+        return json.load(f)
+
+
+def _gpu(handle: int) -> dict:
+    return _table()["gpus"][handle]
+
+
+def nvmlInit():
+    _table()
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlSystemGetDriverVersion() -> str:
+    return _table().get("driver", "580.95.05")
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_table()["gpus"])
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
+    if not 0 <= index < nvmlDeviceGetCount():
+        raise NVMLError(2)  # NVML_ERROR_INVALID_ARGUMENT
+    return index
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str) -> int:
+    for i, gpu in enumerate(_table()["gpus"]):
+        if gpu["uuid"] == uuid:
+            return i
+    raise NVMLError(6)  # NVML_ERROR_NOT_FOUND
+
+
+def nvmlDeviceGetName(handle) -> str:
+    return _gpu(handle)["name"]
+
+
+def nvmlDeviceGetUUID(handle) -> str:
+    return _gpu(handle)["uuid"]
+
+
+def nvmlDeviceGetPciInfo(handle):
+    return types.SimpleNamespace(busId=_gpu(handle)["pci_bus_id"].encode())
+
+
+def nvmlDeviceGetMemoryInfo(handle):
+    gpu = _gpu(handle)
+    return types.SimpleNamespace(total=gpu["memory_total"], used=gpu["memory_used"],
+                                 free=gpu["memory_total"] - gpu["memory_used"])
+
+
+def nvmlDeviceGetCudaComputeCapability(handle):
+    return tuple(_gpu(handle)["cc"])
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    return [types.SimpleNamespace(pid=pid, usedGpuMemory=None) for pid in _gpu(handle).get("pids", [])]
+
+
+def nvmlDeviceGetClockInfo(handle, clock_type: int) -> int:
+    if clock_type != NVML_CLOCK_SM:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _gpu(handle)["sm_clock_mhz"]
+
+
+def nvmlDeviceGetTemperature(handle, sensor: int) -> int:
+    return _gpu(handle)["temperature_c"]
+
+
+def nvmlDeviceGetPowerUsage(handle) -> int:
+    return _gpu(handle)["power_mw"]
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle) -> int:
+    return _gpu(handle)["reasons"]
+
+
+def nvmlDeviceGetP2PStatus(a, b, index: int) -> int:
+    if index != NVML_P2P_CAPS_INDEX_NVLINK:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    pairs = {tuple(sorted(p)) for p in _table().get("nvlink", [])}
+    return NVML_P2P_STATUS_OK if tuple(sorted((a, b))) in pairs else NVML_P2P_STATUS_NOT_SUPPORTED
+
+
+def nvmlDeviceGetTopologyCommonAncestor(a, b) -> int:
+    levels = _table().get("ancestor", {})
+    return levels.get(f"{min(a, b)},{max(a, b)}", NVML_TOPOLOGY_SYSTEM)

@@ -1,0 +1,164 @@
+"""GPUs the way a shared box hands them out, with NVML faked at its boundary (tests/doubles/nvml/
+pynvml.py, answering as nvidia-ml-py's pynvml.py does): a tp 2 job takes the NVLink pair rather
+than the lowest two, a result names its GPUs by UUID and the link between them, and a section
+whose GPU was slowed for heat fails as gpu-throttled while one at the power cap is recorded."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from conftest import DOUBLES, NAME, fault_study, load, run_cli
+from specsweep.errors import GpuThrottled
+from specsweep.measure import host_facts, leases, quiet_host
+from specsweep.records import store
+
+GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
+HW_THERMAL, SW_POWER_CAP, IDLE = 0x40, 0x4, 0x1
+
+
+def h100(i: int, **given) -> dict:
+    return {"uuid": f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": f"00000000:{0x18 + 0x20 * i:02X}:00.0", "memory_total": 80 << 30, "memory_used": 0,
+            "cc": [9, 0], "pids": [], "sm_clock_mhz": 1980, "temperature_c": 41, "power_mw": 118_000, "reasons": 0,
+            **given}
+
+
+def box(**gpu0) -> dict:
+    """Four GPUs: NVLink joins 0-3 and 1-2; 0-1 and 2-3 share a PCIe switch tree (PXB); others cross the CPUs."""
+    return {"gpus": [h100(0, **gpu0), h100(1), h100(2), h100(3)], "nvlink": [[0, 3], [1, 2]],
+            "ancestor": {"0,1": 20, "2,3": 20}}
+
+
+@pytest.fixture
+def nvml(tmp_path, monkeypatch):
+    """Write the table; this process and every process it starts see it as NVML."""
+    table = tmp_path / "nvml.json"
+
+    def write(doc: dict) -> None:
+        table.write_text(json.dumps(doc))
+
+    write(box())
+    monkeypatch.setenv("FAKE_NVML", str(table))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(DOUBLES / "nvml"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    spec = importlib.util.spec_from_file_location("pynvml", DOUBLES / "nvml" / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    return write
+
+
+def test_links_are_named_as_nvidia_smi_topo_names_them(nvml):
+    assert host_facts.link("0", "3") == "NVLINK" and host_facts.link("1", "2") == "NVLINK"
+    assert host_facts.link("0", "1") == "PXB" and host_facts.link("0", "2") == "SYS"
+    assert host_facts.worst_link(host_facts.link(a, b) for a, b in (("0", "1"), ("0", "3"), ("1", "3"))) == "SYS"
+    assert host_facts.worst_link([None, None]) is None
+
+
+def test_tp2_takes_the_nvlink_pair_rather_than_the_lowest_two(nvml):
+    first = leases.acquire(2, holder="a", announce=print, gpu=True)
+    second = leases.acquire(2, holder="b", announce=print, gpu=True)
+    assert first.gpus == ("0", "3") and second.gpus == ("1", "2")
+    hw = host_facts.facts(first.gpus)
+    assert hw["gpu_link"] == "NVLINK" and hw["gpu_links"] == [{"gpus": ["0", "3"], "link": "NVLINK"}]
+    assert [g["uuid"] for g in hw["gpus"]] == [h100(0)["uuid"], h100(3)["uuid"]]
+    assert [g["pci_bus_id"] for g in hw["gpus"]] == ["00000000:18:00.0", "00000000:78:00.0"]
+    first.release()
+    second.release()
+
+
+def test_a_gpu_with_foreign_memory_moves_the_pair_to_the_free_nvlink_one(nvml):
+    nvml(box(memory_used=30 << 30))  # another user's process on GPU 0
+    t0 = time.monotonic()
+    lease = leases.acquire(2, holder="a", announce=print, gpu=True)
+    assert lease.gpus == ("1", "2") and time.monotonic() - t0 < 2  # at once, no wait for GPU 0
+    lease.release()
+
+
+def test_fewest_busy_gpus_come_before_the_best_link(nvml):
+    nvml(box(memory_used=30 << 30))
+    assert leases.best_group(["0", "1", "2", "3"], 2) == ("1", "2")  # free and NVLink
+    assert leases.best_group(["0", "1", "3"], 2) == ("1", "3")  # free over SYS beats NVLink with a busy GPU
+    assert leases.best_group(["0", "1", "2", "3"], 3) == ("1", "2", "3")
+
+
+def test_gpus_handed_out_by_uuid_are_read_by_uuid(nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{h100(2)['uuid']},{h100(1)['uuid']}")
+    pool = leases.host_gpus()
+    assert pool == [h100(2)["uuid"], h100(1)["uuid"]]
+    assert host_facts.link(*pool) == "NVLINK" and host_facts.memory_used(pool[0]) == 0
+    assert host_facts.facts(tuple(pool))["gpus"][1]["pci_bus_id"] == "00000000:38:00.0"
+
+
+def _readings(reasons: list[int], gpu: str = "0") -> list[dict]:
+    return [{"gpu": gpu, "sm_clock_mhz": 1980 - 600 * bool(r & host_facts.SLOWED), "temperature_c": 70 + i,
+             "power_w": 300.0 + i, "reasons": r} for i, r in enumerate(reasons)]
+
+
+def test_telemetry_gives_each_gpus_clocks_heat_power_and_shares():
+    [gpu] = quiet_host.gpu_telemetry(_readings([0, HW_THERMAL, SW_POWER_CAP, SW_POWER_CAP | IDLE]))
+    assert gpu["samples"] == 4 and gpu["sm_clock_mhz"] == {"min": 1380, "mean": 1830.0, "max": 1980}
+    assert gpu["temperature_c_max"] == 73 and gpu["power_w"] == {"mean": 301.5, "max": 303.0}
+    assert gpu["slowed_share"] == 0.25 and gpu["power_capped_share"] == 0.5
+    assert gpu["reasons"] == ["gpu_idle", "sw_power_cap", "hw_thermal"]
+
+
+def _check(telemetry: list[dict]) -> None:
+    load = {"contended_cores": 0.0, "cpu_s": 0.0, "gpu_processes": [], "gpu_telemetry": telemetry}
+    quiet_host.check("section short", load, GUARD, [100.0], closed_loop=True)
+
+
+def test_a_gpu_slowed_for_heat_beyond_the_share_fails_the_section_and_the_power_cap_does_not():
+    with pytest.raises(GpuThrottled, match=r"^section short: GPU 0 ran slowed \(hw_thermal\) in 10% of 10 readings "
+                                           r"\(SM clock 1380-1980 MHz, up to 79 C\), above "
+                                           r"guard.max_gpu_slowed_share = 5%"):
+        _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 9)))
+    _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 19)))  # 5%: at the share, kept
+    _check(quiet_host.gpu_telemetry(_readings([SW_POWER_CAP] * 20)))  # the configuration's own draw
+    _check([])  # no NVML: nothing to judge
+
+
+def test_a_sampler_without_nvml_reads_nothing_and_starts_no_thread(monkeypatch):
+    monkeypatch.setattr(host_facts, "nvml", lambda: None)
+    sampler = quiet_host.GpuSampler(("0",))
+    sampler.start()
+    assert sampler._thread is None and sampler.stop() == []
+
+
+def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_path, model):
+    nvml(box(reasons=SW_POWER_CAP, power_mw=700_000))
+    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    assert rc == 0, err
+    doc = load(tmp_path / "runs" / f"{NAME}.json")
+    assert doc["hardware"]["gpus"][0]["uuid"] == h100(0)["uuid"] and doc["hardware"]["gpu_link"] is None
+    for section in doc["sections"]:
+        [gpu] = section["host_load"]["gpu_telemetry"]
+        assert gpu["gpu"] == "0" and gpu["samples"] >= 2 and gpu["power_capped_share"] == 1.0
+        assert gpu["slowed_share"] == 0.0 and gpu["power_w"]["max"] == 700.0 and gpu["reasons"] == ["sw_power_cap"]
+
+
+def test_through_the_cli_a_hot_gpu_fails_the_configuration_as_gpu_throttled(nvml, tmp_path, model):
+    nvml(box(reasons=HW_THERMAL, sm_clock_mhz=1100, temperature_c=91))
+    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    assert rc == 28, err
+    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
+    record = store.latest_failure(tmp_path / "failures", NAME)
+    assert record.failure_class == "gpu-throttled" and record.section == "short" and record.transient
+    assert "GPU 0 ran slowed (hw_thermal) in 100% of" in record.reason and "up to 91 C" in record.reason
+
+
+def test_doctor_names_the_group_and_link_a_job_of_the_largest_tp_would_get(nvml):
+    from specsweep.measure import doctor
+
+    nvml(box(memory_used=30 << 30, pids=[4242]))
+    check = doctor.gpu_check(2)
+    assert check.ok and "3 free; largest tp 2 (GPUs 1,2 over NVLINK)" in check.detail, check
+    assert not doctor.gpu_check(4).ok  # three free GPUs for tp 4

@@ -95,9 +95,11 @@ def run_configuration(folder: Path, study_file: Path, name: str) -> dict:
             "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
             "server_counter": {k: v for k, v in s["counters"].items() if "generation_tokens" in k},
             "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-            "draft_accepted": s["draft_accepted"]} for s in doc["sections"]]
+            "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["host_load"].get("gpu_telemetry")}
+            for s in doc["sections"]]
         out["devices"] = doc["isolation"]["devices"]
         out["hardware_gpus"] = doc["hardware"].get("gpus")
+        out["gpu_link"] = doc["hardware"].get("gpu_link")
     return out
 
 

@@ -162,3 +162,19 @@ def test_doctor_names_the_group_and_link_a_job_of_the_largest_tp_would_get(nvml)
     check = doctor.gpu_check(2)
     assert check.ok and "3 free; largest tp 2 (GPUs 1,2 over NVLINK)" in check.detail, check
     assert not doctor.gpu_check(4).ok  # three free GPUs for tp 4
+
+
+def test_the_configuration_page_shows_each_gpus_readings_per_section(nvml, tmp_path, model):
+    from specsweep.analysis import report
+    from specsweep.records.result import Result
+
+    nvml(box(reasons=SW_POWER_CAP, temperature_c=77))
+    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    assert rc == 0, err
+    page = report._gpu_readings(Result.from_json(load(tmp_path / "runs" / f"{NAME}.json")))
+    assert "GPUs per section (NVML, every 0.2 s)" in page and page.count("<td>sw_power_cap</td>") == 3
+    assert "<td>77</td>" in page and "<td>100%</td>" in page
+    cpu = load(tmp_path / "runs" / f"{NAME}.json")
+    for section in cpu["sections"]:
+        section["host_load"]["gpu_telemetry"] = []  # what a CPU host or simulated GPUs record
+    assert report._gpu_readings(Result.from_json(cpu)) == ""

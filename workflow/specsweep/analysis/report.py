@@ -13,6 +13,7 @@ import pandas as pd
 
 from specsweep import axes
 from specsweep.analysis.aggregate import OK, not_ok
+from specsweep.measure import quiet_host
 from specsweep.records import store
 from specsweep.records.result import Result
 from specsweep.spec import SLO, Objective
@@ -191,8 +192,23 @@ def _measured(result: Result, rows: pd.DataFrame) -> str:
              "started / finished": f"{result.started_at} / {result.finished_at}"}
     items = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts.items())
     return (f"<h2>Per section</h2>{table.to_html(index=False, float_format=lambda v: f'{v:.4g}', na_rep='-')}"
+            + _gpu_readings(result) +
             f"<h2>What was measured, where</h2><table>{items}</table>"
             f"<h2>Provenance</h2><pre>{html.escape(json.dumps(result.provenance, indent=1))}</pre>")
+
+
+def _gpu_readings(result: Result) -> str:
+    """Each held GPU's clocks, heat and power per section (host_load.gpu_telemetry), where NVML read them."""
+    rows = [{"section": s["name"], "load": s["load"], "gpu": g["gpu"], "readings": g["samples"],
+             "SM MHz min": g["sm_clock_mhz"]["min"], "SM MHz mean": g["sm_clock_mhz"]["mean"],
+             "max C": g["temperature_c_max"], "W mean": g["power_w"]["mean"], "W max": g["power_w"]["max"],
+             "slowed": f"{g['slowed_share']:.0%}", "power-capped": f"{g['power_capped_share']:.0%}",
+             "reasons": ", ".join(g["reasons"]) or "-"}
+            for s in result.sections for g in (s.get("host_load") or {}).get("gpu_telemetry") or []]
+    if not rows:
+        return ""
+    return (f"<h2>GPUs per section (NVML, every {quiet_host.SAMPLE_EVERY_S:g} s)</h2>"
+            f"{pd.DataFrame(rows).to_html(index=False, float_format=lambda v: f'{v:.4g}')}")
 
 
 def _html(title: str, body: str) -> str:

@@ -129,6 +129,16 @@ def test_a_server_that_dies_mid_search_fails_the_configuration(tmp_path, model):
     assert record.failure_class == "server-died" and record.section == "search step 1"
 
 
+def test_a_search_that_met_nothing_gives_a_row_without_figures_not_zero(tmp_path, model):
+    rc, err = run_cli(tmp_path, load_study(model, ttft_p99_s=1e-6, max_steps=2))  # no TTFT is a microsecond
+    assert rc == 0, err
+    result = Result.from_json(load(tmp_path / "runs" / f"{NAME}.json"))
+    assert result.best_search_step() is None and not any(s["meets"] for s in result.search["steps"])
+    row = result.summary_rows()[-1]
+    assert row["load"] == "slo" and row["sustained_rate_rps"] is None and row["goodput_tok_s"] is None
+    assert "output_tok_s" not in row and row["search_steps"] == 2
+
+
 def test_a_check_that_fails_in_a_search_step_names_the_step_not_the_section(tmp_path, model):
     # Request 18 is in the search's first step (see above); the server counts one token too many.
     rc, err = run_cli(tmp_path, load_study(model, "miscount-at-request:18"))

@@ -462,6 +462,8 @@ def test_sglang_with_dp_attention_opens_ports_derived_from_its_own():
     assert sglang.derived_ports(["--enable-dp-attention"], 65400) == (65167, *range(65168, 65174))  # past 65535
     assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr=10.0.0.1:5000"], 30000) == \
         (5000, *range(5001, 5007))
+    assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "[::1]:5100"], 1) == \
+        (5100, *range(5101, 5107))  # an IPv6 host: the port is after the last colon
     assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "127.0.0.1:65532"], 1) == \
         (65532, *range(65525, 65531))  # dist_init_port - 7 onwards when + 6 would pass 65535
     assert backends.get("llama-server").derived_ports(["--enable-dp-attention"], 30000) == ()

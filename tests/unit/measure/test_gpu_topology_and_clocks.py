@@ -90,6 +90,12 @@ def test_fewest_busy_gpus_come_before_the_best_link(nvml):
     assert leases.best_group(["0", "1", "2", "3"], 3) == ("1", "2", "3")
 
 
+def test_past_the_groups_worth_weighing_the_first_free_gpus_are_taken(monkeypatch):
+    monkeypatch.setattr(host_facts, "link", lambda a, b: pytest.fail("no link is read past MAX_GROUPS"))
+    sixteen = [str(i) for i in range(16)]  # tp 8 of 16: 12870 groups
+    assert leases.best_group(sixteen, 8) == tuple(sixteen[:8])
+
+
 def test_gpus_handed_out_by_uuid_are_read_by_uuid(nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{h100(2)['uuid']},{h100(1)['uuid']}")
     pool = leases.host_gpus()
@@ -109,6 +115,19 @@ def test_telemetry_gives_each_gpus_clocks_heat_power_and_shares():
     assert gpu["temperature_c_max"] == 73 and gpu["power_w"] == {"mean": 301.5, "max": 303.0}
     assert gpu["slowed_share"] == 0.25 and gpu["power_capped_share"] == 0.5
     assert gpu["reasons"] == ["gpu_idle", "sw_power_cap", "hw_thermal"]
+
+
+def test_telemetry_keeps_each_gpu_apart_and_rounds_as_documented():
+    one = _readings([HW_THERMAL | SW_POWER_CAP, 0, 0])
+    other = [{**r, "gpu": "1", "sm_clock_mhz": 1410, "reasons": 0} for r in one]
+    for reading, clock, watts in zip(one, (1980, 1380, 1981), (300.0, 300.0, 301.04)):
+        reading.update(sm_clock_mhz=clock, power_w=watts)
+    first, second = quiet_host.gpu_telemetry([r for pair in zip(one, other) for r in pair])
+    assert first["gpu"] == "0" and second["gpu"] == "1" and first["samples"] == second["samples"] == 3
+    assert first["sm_clock_mhz"] == {"min": 1380, "mean": 1780.3, "max": 1981}
+    assert first["power_w"] == {"mean": 300.3, "max": 301.0}
+    assert first["slowed_share"] == first["power_capped_share"] == 0.3333
+    assert second["slowed_share"] == 0.0 and second["reasons"] == [] and second["sm_clock_mhz"]["max"] == 1410
 
 
 def _check(telemetry: list[dict]) -> None:

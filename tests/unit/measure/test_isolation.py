@@ -471,6 +471,14 @@ def test_a_derived_port_in_use_on_the_host_moves_the_job_to_another_port(gpus):
 
         lease = devices.acquire(1, holder="a", announce=print, gpu=True, derived=derive)
         assert len(tries) >= 2 and lease.derived_ports == (lease.port + 1,)
+        if tries[0] != lease.port:  # the port passed over is let go at once, not held to the end
+            devices.acquire(1, holder="b", announce=print, gpu=True, port=tries[0]).release()
+        # ... and the job still holds its GPU: none of its device locks was let go with the port.
+        assert devices._try_take(devices.lock_dir(), list(lease.gpus), 1) is None
         lease.release()
         with pytest.raises(PortConflict, match="in use on this host"):
             devices.acquire(1, holder="b", announce=print, gpu=True, port=lease.port, derived=lambda _p: (taken,))
+        calls = []
+        with pytest.raises(PortConflict, match="no port whose derived ports are free after 50 tries"):
+            devices.acquire(1, holder="b", announce=print, gpu=True, derived=lambda p: calls.append(p) or (taken,))
+        assert len(calls) == 50

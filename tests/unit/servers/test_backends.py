@@ -466,6 +466,13 @@ def test_sglang_with_dp_attention_opens_ports_derived_from_its_own():
         (5100, *range(5101, 5107))  # an IPv6 host: the port is after the last colon
     assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "127.0.0.1:65532"], 1) == \
         (65532, *range(65525, 65531))  # dist_init_port - 7 onwards when + 6 would pass 65535
+    # The edges: port + 233 = 65535 stays; dist_init_port + 6 = 65535 keeps port_base above it.
+    assert sglang.derived_ports(["--enable-dp-attention"], 65302) == (65535, *range(65528, 65534))
+    assert sglang.derived_ports(["--enable-dp-attention"], 65303) == (65070, *range(65071, 65077))
+    assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "h:65529"], 1) == \
+        (65529, *range(65530, 65536))
+    assert sglang.derived_ports(["--enable-dp-attention", "--dist-init-addr", "h:65530"], 1) == \
+        (65530, *range(65523, 65529))
     assert backends.get("llama-server").derived_ports(["--enable-dp-attention"], 30000) == ()
 
 

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -77,9 +76,9 @@ def test_tp2_takes_the_nvlink_pair_rather_than_the_lowest_two(nvml):
 
 def test_a_gpu_with_foreign_memory_moves_the_pair_to_the_free_nvlink_one(nvml):
     nvml(box(memory_used=30 << 30))  # another user's process on GPU 0
-    t0 = time.monotonic()
+    # A group with GPU 0 would wait for its memory and fail (device-busy); the free pair is taken.
     lease = leases.acquire(2, holder="a", announce=print, gpu=True)
-    assert lease.gpus == ("1", "2") and time.monotonic() - t0 < 2  # at once, no wait for GPU 0
+    assert lease.gpus == ("1", "2")
     lease.release()
 
 

@@ -94,7 +94,7 @@ def gpu_check(tp: int) -> Check:
         return Check("gpus", False, f"{free} free GPU(s) of {len(gpus)} ({shown}), the grid's largest tp is {tp}",
                      "wait for the GPUs' other users, or exclude the larger tp")
     group = leases.best_group([g for g in gpus if g not in taken], tp) if tp > 1 else ()
-    link = host_facts.worst_link(host_facts.link(a, b) for i, a in enumerate(group) for b in group[i + 1:])
+    link = host_facts.worst_link(host_facts.link(*pair) for pair in host_facts.pairs(group))
     topology = f" (GPUs {','.join(group)} over {link or 'an unknown link'})" if group else ""
     return Check("gpus", True, f"{len(gpus)} GPU(s): {shown}; {free} free; largest tp {tp}{topology}")
 

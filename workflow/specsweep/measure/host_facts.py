@@ -8,6 +8,7 @@ simulated GPUs (``SPECSWEEP_GPUS``), GPU facts are left empty, never guessed.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import platform
 from pathlib import Path
@@ -99,6 +100,11 @@ def link(a: str, b: str) -> str | None:
         return None
 
 
+def pairs(gpus) -> list[tuple[str, str]]:
+    """Every pair of the GPUs, in their order: the links a tp group's all-reduce crosses."""
+    return list(itertools.combinations(gpus, 2))
+
+
 def link_rank(name: str | None) -> int:
     """Smaller is better; an unknown link ranks as all others do, so order alone decides."""
     return LINKS.index(name) if name in LINKS else 0
@@ -121,7 +127,7 @@ def facts(gpus: tuple[str, ...] = ()) -> dict:
             pass
     held = gpu_facts(gpus)
     caps = sorted({g["compute_capability"] for g in held if "compute_capability" in g})
-    links = [{"gpus": [a, b], "link": link(a, b)} for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    links = [{"gpus": [a, b], "link": link(a, b)} for a, b in pairs(gpus)]
     return {
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),

@@ -280,10 +280,10 @@ def best_group(gpus: list[str], want: int) -> tuple[str, ...]:
     if math.comb(len(gpus), want) > MAX_GROUPS:
         return tuple(gpus[:want])
     busy = {g for g in gpus if not is_free(host_facts.memory_used(g))}
-    links = {(a, b): host_facts.link(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+    links = {pair: host_facts.link(*pair) for pair in host_facts.pairs(gpus)}
 
     def cost(group: tuple[str, ...]) -> tuple:
-        slowest = host_facts.worst_link(links[(a, b)] for i, a in enumerate(group) for b in group[i + 1:])
+        slowest = host_facts.worst_link(links[pair] for pair in host_facts.pairs(group))
         return len(busy.intersection(group)), host_facts.link_rank(slowest), [gpus.index(g) for g in group]
 
     return min(itertools.combinations(gpus, want), key=cost)

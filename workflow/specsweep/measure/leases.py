@@ -187,15 +187,15 @@ def _reserve_with_derived(folder: Path, lease: Lease, port: int | None,
     one was asked for) while some derived one is another job's or in use on the host."""
     for _ in range(50):
         chosen = _reserve_port(folder, lease, port)
-        mark = len(lease._fds)
-        if all(_lock_port(folder, lease, p) and probes.port_is_free(p) for p in derived(chosen)):
-            lease.derived_ports = derived(chosen)
+        mark, wanted = len(lease._fds), derived(chosen)
+        if all(_lock_port(folder, lease, p) and probes.port_is_free(p) for p in wanted):
+            lease.derived_ports = wanted
             return chosen
         for fd in lease._fds[mark - 1:]:  # the port and the derived ones locked so far
             os.close(fd)
         del lease._fds[mark - 1:]
         if port:
-            raise PortConflict(f"the ports the server would open beside port {port} ({_ranges(derived(port))}) are "
+            raise PortConflict(f"the ports the server would open beside port {port} ({_ranges(wanted)}) are "
                                f"reserved by another specsweep job or in use on this host; let specsweep pick the "
                                f"port, and drop any fixed --dist-init-addr")
     raise PortConflict("no port whose derived ports are free after 50 tries")
@@ -206,6 +206,7 @@ def _ranges(ports: tuple[int, ...]) -> str:
 
 
 def _lock_port(folder: Path, lease: Lease, port: int) -> bool:
+    """Lock one port's file for the lease, without waiting; False if another job holds it."""
     fd = os.open(folder / f"port-{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,16 +221,10 @@ def _reserve_port(folder: Path, lease: Lease, port: int | None) -> int:
     """A port no other job on this host is handed meanwhile: a free one, locked for the lease."""
     for _ in range(50):
         candidate = port or probes.free_port()
-        fd = os.open(folder / f"port-{candidate}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if port:
-                raise PortConflict(f"port {port} is reserved by another specsweep job on this host") from None
-            continue
-        lease._fds.append(fd)
-        return candidate
+        if _lock_port(folder, lease, candidate):
+            return candidate
+        if port:
+            raise PortConflict(f"port {port} is reserved by another specsweep job on this host")
     raise PortConflict("no free port after 50 tries")
 
 

@@ -55,13 +55,21 @@ request that arrives while K others are in flight waits S seconds before its fir
 batch, the queue's wait). With evenly spaced arrivals at rate r and requests of duration D, the
 requests in flight at an arrival are ceil(r * D) - 1, so the highest rate whose every TTFT stays
 below S is exactly K / D: what the goodput search must find.
+``--speed-by-budget 0:1,4:2 --launch-noise SIGMA --starts FILE`` is a server whose throughput is
+a known function of the budget plus noise of known size, for the verdict's tests: tokens come
+``speed`` times faster than ``--token-delay`` at its budget, times a factor exp(N(0, SIGMA)) drawn
+once per launch (the noise between launches), seeded by this start's number in FILE (a counter
+of starts) so that a test knows every launch's factor. ``--fault-on-start K`` keeps ``--fault``
+for the K-th start alone (other starts behave): one launch of a sweep dies, its siblings do not.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -311,6 +319,20 @@ def _graceful_exit(_signum, _frame) -> None:
     os._exit(0)
 
 
+def _count_start(path: str) -> int:
+    """This start's number (1, 2, ...) in a counter file shared by every launch of a test."""
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        number = int(fh.read().strip() or 0) + 1
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(number))
+    return number
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -325,7 +347,17 @@ def main() -> None:
     parser.add_argument("--ignore-sigterm", action="store_true", help="only SIGKILL stops it (and its child)")
     parser.add_argument("--busy-above", type=int, default=0, help="from this many requests in flight, a new one waits")
     parser.add_argument("--slow-ttft", type=float, default=0.0, help="how long such a request waits (s)")
+    parser.add_argument("--speed-by-budget", default="", help="budget:factor,...: how much faster tokens come")
+    parser.add_argument("--launch-noise", type=float, default=0.0, help="sigma of log of a per-launch pace factor")
+    parser.add_argument("--starts", help="a file counting starts: seeds the launch noise, numbers --fault-on-start")
+    parser.add_argument("--fault-on-start", type=int, default=0, help="--fault on this start alone (1 = the first)")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
+    start = _count_start(args.starts) if args.starts else 0
+    if args.fault_on_start and start != args.fault_on_start:
+        args.fault = "none"
+    speeds = {int(b): float(f) for b, f in (pair.split(":") for pair in args.speed_by_budget.split(",") if pair)}
+    factor = math.exp(random.Random(f"launch:{start}").gauss(0.0, args.launch_noise)) if args.launch_noise else 1.0
+    args.token_delay = args.token_delay / speeds.get(args.budget, 1.0) / factor
     if args.echo_args:
         print(f"fault-server: args: {sys.argv[1:]}", file=sys.stderr, flush=True)
     state = State(args.fault, args.fault_log, args.token_delay, args.api_key)

@@ -66,7 +66,7 @@ def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_i
         hog.kill()
         hog.wait()
     assert rc == 0, out
-    doc = load(tmp_path / "results/runs/tp1-b0-ctx64.json")
+    doc = load(tmp_path / "results/runs/tp1-b0-ctx64/launch1.json")
     limit = doc["isolation"]["guard"]["max_foreign_cores"]
     for section in doc["sections"]:
         load_ = section["host_load"]
@@ -84,7 +84,7 @@ def test_an_api_key_server_works_and_no_written_file_holds_a_secret(embedded, tm
                        "command": study["server"]["command"] + ["--api-key", "{api_key}"]}
     rc, out = finish(run_workflow(tmp_path, study), timeout=600)
     assert rc == 0, out
-    doc = load(tmp_path / "results/runs/tp1-b0-ctx64.json")
+    doc = load(tmp_path / "results/runs/tp1-b0-ctx64/launch1.json")
     assert doc["server"]["command"][-2:] == ["--api-key", "<redacted>"]
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(".snakemake" in p.parts for p in written) and any("logs" in p.parts for p in written)

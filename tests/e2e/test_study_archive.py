@@ -151,8 +151,8 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
     folder = elsewhere / "study"
     assert "all" in run.stdout and "files match the manifest" in run.stdout
     assert filecmp.cmp(folder / "rebuilt.csv", folder / "results" / "summary.csv", shallow=False)
-    planned = set(re.findall(r"output: results/runs/(tp\S+)\.json", run.stdout))
-    archived = {p.stem for p in (folder / "results" / "runs").glob("*.json")}
+    planned = set(re.findall(r"output: results/runs/(tp\S+)/launch1\.json", run.stdout))
+    archived = {p.parent.name for p in (folder / "results" / "runs").glob("*/launch1.json")}
     assert planned == archived == {"tp1-b0-ctx64", "tp1-b2-ctx64"}  # the exclusion stays excluded
 
     assert {"config.yaml", "REPRODUCE.md", "MANIFEST.sha256", "code", "environment", "results", "logs"} <= \
@@ -166,11 +166,11 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
                            text=True)
     assert again.returncode == 0, again.stderr
     assert re.search(r"not checked, added after packing .*code/\.snakemake/.*rebuilt\.csv", again.stdout), again.stdout
-    victim = folder / "results" / "runs" / "tp1-b2-ctx64.json"
+    victim = folder / "results" / "runs" / "tp1-b2-ctx64" / "launch1.json"
     victim.write_text(victim.read_text().replace('"output_tok_s"', '"output_tok_s" ', 1))
     bad = subprocess.run([sys.executable, "-m", "specsweep", "verify", "."], cwd=folder, capture_output=True,
                          text=True)
-    assert bad.returncode == 25 and "results/runs/tp1-b2-ctx64.json: content differs" in bad.stderr
+    assert bad.returncode == 25 and "results/runs/tp1-b2-ctx64/launch1.json: content differs" in bad.stderr
 
 
 def test_a_truncated_archive_is_named_by_verify_and_compare_without_a_traceback(tmp_path):
@@ -198,7 +198,7 @@ def test_an_inconsistent_folder_is_not_archived(tmp_path):
     spec = study.expand_grid(cfg)[0]
     results.write_json_atomic(tmp_path / "results" / "runs" / f"{spec.name}.json", result_doc(spec))
     problems = archive.check_consistent(cfg, tmp_path)
-    assert problems == ["tp1-b4-ctx128: neither measured nor excluded (run the main command, or exclude it)"]
+    assert problems == ["tp1-b4-ctx128: launch 1 neither measured nor excluded (run the main command, or exclude it)"]
     other = study.validate_study({**cfg, "workload": {"seed": 7}})
     assert any("another configuration" in p for p in archive.check_consistent(other, tmp_path))
 
@@ -275,7 +275,7 @@ def test_the_report_shows_the_answer_first_and_every_part_a_reader_needs(handed_
     reader = Reader(browser, handed_over / "results" / "report.html")
     first = reader.first_screen()
     best = __import__("pandas").read_csv(handed_over / "results" / "best.csv")
-    assert "Best draft budget" in first and "within noise" in first
+    assert "Best draft budget" in first and "best set" in first and "confidence" in first
     for row in best.itertuples():  # the answer, as numbers the reader sees
         assert f"{row.output_tok_s:.1f} ({row.output_tok_s_min:.1f}-{row.output_tok_s_max:.1f})" in first
     assert "tp1-b4-ctx64: excluded: left out to show an exclusion" in first

@@ -50,7 +50,7 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
     assert set(summary["status"]) == {"ok"} and set(summary["name"]) == {"tp1-b0-ctx128", "tp1-b4-ctx128"}
     assert (tmp_path / "results" / "summary.png").stat().st_size > 10_000
     for name in ("tp1-b0-ctx128", "tp1-b4-ctx128"):
-        doc = load(tmp_path / "results" / "runs" / f"{name}.json")
+        doc = load(tmp_path / "results" / "runs" / name / "launch1.json")
         assert doc["server"]["backend"] == "vllm" and doc["server"]["version"] == "0.32.0"
         assert doc["model"]["files"] >= 3 and len(doc["model"]["sha256"]) == 64
         assert doc["hardware"]["cpu_model"] and doc["hardware"]["gpu_count"] == 0

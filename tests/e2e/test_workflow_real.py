@@ -92,7 +92,7 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     study = small_study(grid={"budget": [0, 4, 8], "tp": [1], "context": [64]}, retries=0)
     victim = "tp1-b4-ctx64"
     proc = run_workflow(tmp_path, study)
-    pid = _wait_for_section(tmp_path / f"logs/runs/{victim}.log", "medium")
+    pid = _wait_for_section(tmp_path / f"logs/runs/{victim}/launch1.log", "medium")
     time.sleep(0.3)  # well inside the section's first request
     os.kill(pid, signal.SIGKILL)
     rc, out = finish(proc)

@@ -119,7 +119,7 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
 
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
-    assert "results/runs/tp1-b2-ctx16.json: " in out and "schema version 99" in out
+    assert "results/runs/tp1-b2-ctx16/launch1.json: " in out and "schema version 99" in out
     assert "moved to results/invalid" in out
     assert re.search(r"run_configuration\s+2\b", out), out  # exactly the two refused ones
     kept = sorted(p.name for p in (tmp_path / "results/invalid").iterdir())

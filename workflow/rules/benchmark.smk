@@ -5,6 +5,8 @@ rule run_configuration:
         paths.RUN_RESULT,
     log:
         paths.RUN_LOG,
+    # Launch k of every configuration before launch k + 1 of any, each round in its own order.
+    priority: get_launch_priority
     retries: config["retries"]
     threads: config["server"]["threads"]
     resources:
@@ -23,3 +25,22 @@ rule run_configuration:
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
         "--guard {GUARD:q} 2> {log}"
+
+
+# Racing (verdict.until_decided): after round r, which configurations are still in some undecided
+# cell's best set and get launch r + 1. Decided from finished results alone, so the same results
+# always plan the same next round.
+checkpoint race_round:
+    input:
+        get_race_inputs,
+    output:
+        paths.RACE_ROUND,
+    log:
+        "logs/race/round{round}.log",
+    params:
+        study=get_study_json,
+        runs=str(paths.RUNS),
+        failures=str(paths.FAILURES),
+    shell:
+        "{PYTHON} -m specsweep race --config-json {params.study:q} --round {wildcards.round} "
+        "--runs {params.runs} --failures {params.failures} --out {output} 2> {log}"

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import shlex
@@ -5,10 +6,10 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import aggregate
+from specsweep.analysis import aggregate, race
 from specsweep.measure import provenance
 from specsweep.records import paths
-from specsweep.study import prompt_sets
+from specsweep.study import grid, prompt_sets
 from specsweep.errors import ConfigError
 
 # The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
@@ -55,6 +56,8 @@ GUARD = json.dumps(config["guard"], sort_keys=True)
 # A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
 wildcard_constraints:
     name=r"tp\d+-b\d+-ctx\d+(-[a-z][A-Za-z0-9_.+]*)*",
+    launch=r"[1-9]\d*",
+    round=r"[1-9]\d*",
     prompt_set="|".join(prompt_sets.SETS),
 
 
@@ -68,6 +71,23 @@ if workflow.is_main_process:
     for line in aggregate.refuse_stale(config):
         print(f"specsweep: {line}", file=sys.stderr)
 PROVISIONED = study.provisioned(config)
+# Launches every configuration gets, and the most racing may give one (verdict.until_decided).
+LAUNCHES = config["workload"]["launches"]
+RACING = config["verdict"]["until_decided"]
+MOST_LAUNCHES = RACING["max_launches"] if RACING else LAUNCHES
+MEASURED = [
+    name
+    for name, spec in SPECS.items()
+    if aggregate.exclusion_reason(config, spec) is None
+]
+if RACING and workflow.is_main_process:
+    print(
+        f"specsweep: racing: the first round measures {LAUNCHES * len(MEASURED)} launches "
+        f"({LAUNCHES} of each of {len(MEASURED)} configurations); then launches only where a "
+        f"cell is undecided, {MOST_LAUNCHES * len(MEASURED)} at most "
+        f"({MOST_LAUNCHES} each)",
+        file=sys.stderr,
+    )
 LAUNCH = {name: study.shown_command(spec) for name, spec in SPECS.items()}
 
 
@@ -81,9 +101,27 @@ def get_spec(wildcards):
     return SPECS[name]
 
 
+def get_launch_spec(wildcards):
+    """The spec of one launch of a configuration; a launch the study cannot reach is an error."""
+    launch = int(wildcards.launch)
+    if launch > MOST_LAUNCHES:
+        raise ValueError(
+            f"launch {launch} of {wildcards.name}: the study gives each configuration "
+            f"{MOST_LAUNCHES} at most (workload.launches, verdict.until_decided)"
+        )
+    return dataclasses.replace(get_spec(wildcards), launch=launch)
+
+
 def get_run_spec(wildcards):
     """Everything that defines the measurement, as params: changing any of it reruns the job."""
-    return get_spec(wildcards).to_json()
+    return get_launch_spec(wildcards).to_json()
+
+
+def get_launch_priority(wildcards):
+    """Launch k of every configuration runs before launch k + 1 of any (study.grid.launch_priority)."""
+    return grid.launch_priority(
+        list(SPECS), wildcards.name, int(wildcards.launch), MOST_LAUNCHES
+    )
 
 
 def get_provisioned(wildcards):
@@ -112,12 +150,31 @@ def get_attempt(wildcards, attempt):
 
 
 def get_run_results(wildcards):
-    """Results of the grid minus excluded configurations (those appear in the summary only)."""
-    return [
-        str(paths.run_result(name))
-        for name, spec in SPECS.items()
-        if aggregate.exclusion_reason(config, spec) is None
+    """Every launch of the grid minus excluded configurations (those appear in the summary
+    only): workload.launches each, then what racing's rounds added."""
+    return get_launches_through(MOST_LAUNCHES)
+
+
+def get_race_inputs(wildcards):
+    """What round r is decided from: every launch up to r of the configurations it races."""
+    return get_launches_through(int(wildcards.round))
+
+
+def get_launches_through(last):
+    """The launch results up to launch ``last``: the fixed ones, then each racing round's
+    contenders' next launch, as far as the finished rounds say (a checkpoint each)."""
+    files = [
+        str(paths.run_result(name, k))
+        for k in range(1, LAUNCHES + 1)
+        for name in MEASURED
     ]
+    for round_ in range(LAUNCHES, last if RACING else LAUNCHES):
+        decided = checkpoints.race_round.get(round=round_).output[0]
+        contenders = race.read_round(decided)
+        if not contenders:
+            break
+        files += [str(paths.run_result(name, round_ + 1)) for name in contenders]
+    return files
 
 
 def get_study_json(wildcards):

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -81,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="provisioned prompt set manifest (default: the cached set, provisioned if need be)")
     run.add_argument("--manifests", type=Path, nargs="*", default=[],
                      help="provisioned manifests, server and model alike (what the workflow passes)")
-    run.add_argument("--out", type=Path, help="result file (default results/runs/<name>.json)")
-    run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>.log)")
+    run.add_argument("--launch", type=int, default=1,
+                     help="with --config: which launch of the configuration (workload.launches) this is")
+    run.add_argument("--out", type=Path, help="result file (default results/runs/<name>/launch<k>.json)")
+    run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>/launch<k>.log)")
     run.add_argument("--failures-dir", type=Path, default=paths.FAILURES)
     run.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
     run.add_argument("--attempt", type=int, default=1,
@@ -113,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
     agg.add_argument("--stale", type=Path, nargs="*", default=[],
                      help="files made from the results to remove when one is refused (the summary figure)")
     agg.set_defaults(func=cmd_aggregate)
+
+    race = sub.add_parser("race", help="racing: which configurations get another launch after a round")
+    _add_study_args(race)
+    race.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
+    race.add_argument("--runs", type=Path, default=paths.RUNS)
+    race.add_argument("--failures", type=Path, default=paths.FAILURES)
+    race.add_argument("--out", type=Path, help="the decision (default results/race/round<r>.json)")
+    race.set_defaults(func=cmd_race)
 
     plot = sub.add_parser("plot", help="summary figure from the summary table")
     plot.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
@@ -201,10 +212,10 @@ def cmd_run(args) -> int:
 
     spec, prompt_source = _run_spec(args)
     guard = _guard(args)
-    out = args.out or paths.run_result(spec.name)
-    server_log = args.server_log or paths.server_log(spec.name)
+    out = args.out or paths.run_result(spec.name, spec.launch)
+    server_log = args.server_log or paths.server_log(spec.name, spec.launch)
     if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
-        _check_same_study(spec, out.parent)
+        _check_same_study(spec, paths.runs_of(out))
     if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
         say(spec, f"not retried: the last attempt failed deterministically [{previous.failure_class}] "
                   f"{previous.reason}; fix it or exclude the configuration")
@@ -243,9 +254,9 @@ def _keep_in_history(spec: RunSpec, out: Path) -> None:
     from specsweep.measure.runner import say
 
     try:
-        store.archive_runs(out.parent, paths.history_of(out.parent), only=out)
+        store.archive_runs(paths.runs_of(out), paths.history_of(paths.runs_of(out)), only=out)
     except (OSError, SpecsweepError) as exc:
-        say(spec, f"could not keep a copy in {paths.history_of(out.parent)}: {exc}")
+        say(spec, f"could not keep a copy in {paths.history_of(paths.runs_of(out))}: {exc}")
 
 
 def _check_same_study(spec: RunSpec, runs_dir: Path) -> None:
@@ -254,7 +265,7 @@ def _check_same_study(spec: RunSpec, runs_dir: Path) -> None:
     Aggregation would refuse it later (and measure that configuration again); refusing here
     keeps the folder's own result and says what to run instead.
     """
-    for path in sorted(Path(runs_dir).glob("*.json")):
+    for path in sorted([*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]):
         try:
             other = store.read_result(path).spec.get("study")
         except store.InvalidResult:
@@ -318,7 +329,7 @@ def _run_spec(args) -> tuple[RunSpec, dict | None]:
     else:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
-        spec = find_spec(loading.load_study(args.config), args.name)
+        spec = replace(find_spec(loading.load_study(args.config), args.name), launch=args.launch)
     server_manifest, model_manifest, prompts_manifest = args.server_manifest, args.model_manifest, args.prompts_manifest
     for path in args.manifests:  # the workflow passes whichever the study needs, in any order
         doc = _read_json(path)
@@ -392,6 +403,19 @@ def cmd_aggregate(args) -> int:
     report = aggregate.failure_report(frame, args.failures)
     if report:
         print(report, file=sys.stderr)
+    return 0
+
+
+def cmd_race(args) -> int:
+    from specsweep.analysis import race
+
+    study = _study(args)
+    if not study["verdict"]["until_decided"]:
+        raise ConfigError("the study does not race: set verdict.until_decided: {max_launches: N}")
+    names = race.write_round(study, args.round, args.runs, args.failures, args.out or paths.race_round(args.round))
+    print(f"racing: after round {args.round}, launch {args.round + 1} for "
+          + (f"{len(names)}: {', '.join(names)}" if names else "none: every cell is decided or tied, or at the "
+             "most launches"), flush=True)
     return 0
 
 

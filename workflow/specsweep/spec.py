@@ -112,6 +112,7 @@ class RunSpec:
     reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
     axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
     objective: Objective | None = None  # workload.objective: the goodput search after the sections
+    launch: int = 1  # which of the configuration's server launches this is (workload.launches)
 
     @property
     def values(self) -> dict:
@@ -121,6 +122,19 @@ class RunSpec:
     @property
     def name(self) -> str:
         return grid_axes.run_name(self.values)
+
+    @property
+    def label(self) -> str:
+        """How logs and the terminal name this launch: the name, and the launch after the first."""
+        return self.name if self.launch == 1 else f"{self.name} launch {self.launch}"
+
+    @property
+    def prompt_seed(self) -> str | int:
+        """What orders a prompt set's documents for this launch: the study's seed at launch 1 (the
+        prompts of results written before launches were replicates), a seed of its own at every
+        later launch, so that each launch is a replicate on other texts while every configuration
+        at one launch index gets the same prompts."""
+        return self.seed if self.launch == 1 else f"{self.seed}/launch{self.launch}"
 
     @property
     def max_output_tokens(self) -> int:
@@ -205,4 +219,4 @@ class RunSpec:
 
 _LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
                  "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {},
-                 "objective": None}
+                 "objective": None, "launch": 1}

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from specsweep import axes
+from specsweep.analysis import verdict
 from specsweep.errors import ConfigError, IncomparableResults, ResultRefused, advice_for
 from specsweep.records import paths
 from specsweep.records.failure import Failure
@@ -26,7 +29,9 @@ from specsweep.spec import RunSpec
 from specsweep.study.grid import expand_grid
 
 OK, FAILED, EXCLUDED, MISSING, INVALID = "ok", "failed", "excluded", "not run", "invalid result"
-METRIC_COLUMNS = [*METRICS, *SEARCH_COLUMNS]  # declared with the result document that fills them
+# Declared with the result document that fills them; then how many launches a row's figures are
+# the mean of, and each launch's and each repeat's throughput (the verdict's units).
+METRIC_COLUMNS = [*METRICS, *SEARCH_COLUMNS, "launches", "launch_tok_s", "repeat_tok_s"]
 
 
 def key_columns(axis_names: list[str]) -> list[str]:
@@ -59,33 +64,103 @@ def planning_capability(config: dict) -> str | None:
     return (config.get("hardware") or {}).get("compute_capability") or local_compute_capability()
 
 
-def summarize(config: dict, runs_dir: Path, failures_dir: Path) -> pd.DataFrame:
-    """One row per configuration x section, in grid order, with speedup over budget 0."""
+def summarize(config: dict, runs_dir: Path, failures_dir: Path, *, upto: int | None = None) -> pd.DataFrame:
+    """One row per configuration x section, in grid order, with speedup over budget 0, from every
+    launch up to ``upto`` (default: the most the study may reach)."""
     rows = []
+    last = upto or most_launches(config)
     for spec in expand_grid(config):
-        rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir)))
+        rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir), last))
     frame = pd.DataFrame(rows, columns=key_columns(axes.names(config["grid"])) + METRIC_COLUMNS)
-    return add_speedup(frame)
+    return add_speedup(frame, confidence=config["verdict"]["confidence"])
 
 
-def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path) -> list[dict]:
+def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path, last: int) -> list[dict]:
     base = {"name": spec.name, **spec.values}
     reason = exclusion_reason(config, spec)
     if reason is not None:
         return _status_rows(base, spec, EXCLUDED, reason)
-    path = runs_dir / f"{spec.name}.json"
-    if path.exists():
+    found = {k: p for k, p in paths.launch_results(runs_dir, spec.name).items() if k <= last}
+    results = []
+    for launch, path in found.items():
         try:
             result = read_result(path)
         except InvalidResult as exc:
-            return _status_rows(base, spec, INVALID, str(exc))
-        if (other := measured_otherwise(result, spec)) is not None:
-            return _status_rows(base, spec, INVALID, other)
-        return [{**base, "status": OK, "reason": "", **row} for row in result.summary_rows()]
+            return _status_rows(base, spec, INVALID, _launch_words(launch, str(exc)))
+        if (other := measured_otherwise(result, replace(spec, launch=launch))) is not None:
+            return _status_rows(base, spec, INVALID, _launch_words(launch, other))
+        results.append(result)
+    wanted = range(1, min(launches_planned(config), last) + 1)
+    if results and all(k in found for k in wanted):
+        return [{**base, "status": OK, "reason": "", **row} for row in merged_rows(results)]
     failure = latest_failure(failures_dir, spec.name)
     if failure is not None:
         return _status_rows(base, spec, FAILED, f"[{failure.failure_class}] {failure.reason}")
-    return _status_rows(base, spec, MISSING, "no result and no failure record")
+    missing = [k for k in wanted if k not in found]
+    return _status_rows(base, spec, MISSING, "no result and no failure record" if not found else
+                        f"launch {' '.join(map(str, missing))} of {len(wanted)} not run, and no failure record")
+
+
+def launches_planned(config: dict) -> int:
+    """Launches every configuration gets before any racing (workload.launches)."""
+    return config["workload"].get("launches", 1)
+
+
+def most_launches(config: dict) -> int:
+    """The most launches a configuration may have: racing's max_launches, else workload.launches."""
+    racing = config.get("verdict", {}).get("until_decided")
+    return racing["max_launches"] if racing else launches_planned(config)
+
+
+def _launch_words(launch: int, reason: str) -> str:
+    return reason if launch == 1 else f"launch {launch}: {reason}"
+
+
+def merged_rows(results: list) -> list[dict]:
+    """A configuration's summary rows from all its launches: per section and load the mean of the
+    launches' figures (output tok/s: each launch's tokens over its wall time), the extremes of
+    their repeats, and every launch's and repeat's throughput for the verdict."""
+    per_launch = [result.summary_rows() for result in results]
+    repeats = [result.repeat_rates() for result in results]
+    rows = []
+    for index, first in enumerate(per_launch[0]):
+        same = [rows_k[index] for rows_k in per_launch]
+        row = {key: _mean_of([r.get(key) for r in same]) for key in first}
+        where = (first["section"], first["load"])
+        row.update(section=first["section"], load=first["load"], launches=len(same),
+                   launch_tok_s=_values([r.get("output_tok_s") for r in same]),
+                   repeat_tok_s=_values([v for rates in repeats for v in rates.get(where, ())]))
+        for key, pick in (("output_tok_s_min", min), ("output_tok_s_max", max)):
+            values = [r.get(key) for r in same if r.get(key) is not None]
+            row[key] = pick(values) if values else None
+        for key in ("requests", "output_tokens", "wall_s", "search_steps"):
+            if first.get(key) is not None:
+                row[key] = sum(r[key] for r in same)
+        if "search_converged" in first:
+            row["search_converged"] = all(bool(r.get("search_converged")) for r in same)
+        rows.append(row)
+    return rows
+
+
+def _mean_of(values: list):
+    """The launches' mean of a figure; a figure any launch lacks stays empty (never a zero)."""
+    if any(v is None or isinstance(v, str) for v in values):
+        return values[0] if len(set(map(str, values))) == 1 else None
+    if any(isinstance(v, bool) for v in values):
+        return values[0]
+    return sum(values) / len(values)
+
+
+def _values(values: list) -> str:
+    """Numbers as one cell of a table: space-separated, in launch order."""
+    return " ".join(f"{v:.6g}" for v in values if v is not None)
+
+
+def values_of(cell) -> list[float]:
+    """The numbers of a launch_tok_s or repeat_tok_s cell."""
+    if isinstance(cell, str):
+        return [float(v) for v in cell.split()]
+    return [] if cell is None or not axes.is_number(cell) or math.isnan(cell) else [float(cell)]
 
 
 def measured_otherwise(result, spec: RunSpec) -> str | None:
@@ -112,9 +187,10 @@ def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[di
             for section, load in spec.points]
 
 
-def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
+def add_speedup(frame: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
     """speedup = output tok/s over that of budget 0 at the same values of every other axis, section
-    and load (in the goodput search's row: goodput over budget 0's goodput).
+    and load (in the goodput search's row: goodput over budget 0's goodput), with its interval at
+    ``confidence`` from the launches (verdict.speedup_interval).
 
     Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
     """
@@ -129,7 +205,26 @@ def add_speedup(frame: pd.DataFrame) -> pd.DataFrame:
     # The spread of this configuration's repeats, against the baseline's mean.
     frame["speedup_min"] = frame["output_tok_s_min"].astype("float64") / baseline
     frame["speedup_max"] = frame["output_tok_s_max"].astype("float64") / baseline
+    frame["speedup_low"], frame["speedup_high"] = math.nan, math.nan
+    for _, cell in frame[frame["status"] == OK].groupby(same, sort=False):
+        samples, basis = cell_units(cell)
+        if basis != verdict.LAUNCHES:
+            continue  # one launch's repeats would give an interval narrower than the noise: none
+        for index, row in cell.iterrows():
+            interval = verdict.speedup_interval(samples, int(row["budget"]), confidence=confidence)
+            if interval is not None:
+                frame.loc[index, ["speedup_low", "speedup_high"]] = interval
     return frame
+
+
+def cell_units(cell: pd.DataFrame) -> tuple[dict[int, list[float]], str]:
+    """The verdict's units of one cell's measured rows, by budget: their launches' throughputs, or
+    (one launch each) their repeats'."""
+    cell = cell.dropna(subset=["output_tok_s"])
+    launches = {int(r["budget"]): values_of(r.get("launch_tok_s")) or [float(r["output_tok_s"])]
+                for _, r in cell.iterrows()}
+    repeats = {int(r["budget"]): values_of(r.get("repeat_tok_s")) for _, r in cell.iterrows()}
+    return verdict.units(launches, repeats)
 
 
 def check_comparable(config: dict, runs_dir: Path) -> None:
@@ -140,13 +235,13 @@ def check_comparable(config: dict, runs_dir: Path) -> None:
     """
     groups: dict[str, dict[str, list[str]]] = {}
     for spec in expand_grid(config):
-        path = Path(runs_dir) / f"{spec.name}.json"
-        try:
-            facts = read_result(path).comparability()
-        except (InvalidResult, FileNotFoundError):
-            continue
-        for key, value in facts.items():
-            groups.setdefault(key, {}).setdefault(value, []).append(path.name)
+        for path in paths.launch_results(runs_dir, spec.name).values():
+            try:
+                facts = read_result(path).comparability()
+            except (InvalidResult, FileNotFoundError):
+                continue
+            for key, value in facts.items():
+                groups.setdefault(key, {}).setdefault(value, []).append(str(path.relative_to(runs_dir)))
     differ = {key: values for key, values in groups.items() if len(values) > 1}
     if differ:
         lines = [f"{key}: " + "; ".join(f"{value!r} in {', '.join(names)}" for value, names in values.items())
@@ -185,7 +280,8 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
     if bad.empty:
         return
     specs = {s.name: s for s in expand_grid(config)}
-    lines = [quarantine(specs[row.name], row.reason, runs_dir, invalid_dir, failures_dir) for row in bad.itertuples()]
+    lines = [quarantine(specs[row.name], path, reason, invalid_dir, failures_dir)
+             for row in bad.itertuples() for path, reason in refused_launches(specs[row.name], runs_dir)]
     for path in stale:
         Path(path).unlink(missing_ok=True)
     raise ResultRefused(
@@ -194,10 +290,25 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
     )
 
 
-def quarantine(spec: RunSpec, reason: str, runs_dir: Path, invalid_dir: Path, failures_dir: Path) -> str:
-    """Move one refused result into invalid_dir with a failure record; return the line that says so."""
+def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[Path, str]]:
+    """(file, why) of every launch result of a configuration that cannot be aggregated; the
+    launches that can are kept."""
+    refused = []
+    for launch, path in paths.launch_results(runs_dir, spec.name).items():
+        try:
+            problem = measured_otherwise(read_result(path), replace(spec, launch=launch))
+        except InvalidResult as exc:
+            problem = str(exc)
+        if problem is not None:
+            refused.append((path, _launch_words(launch, problem)))
+    return refused
+
+
+def quarantine(spec: RunSpec, source: Path, reason: str, invalid_dir: Path, failures_dir: Path) -> str:
+    """Move one refused result file into invalid_dir with a failure record; return the line that says so."""
     stamp = utc_now().replace(":", "").replace("+0000", "Z")
-    source, target = Path(runs_dir) / f"{spec.name}.json", Path(invalid_dir) / f"{spec.name}-{stamp}.json"
+    launch = "" if source.name == f"{spec.name}.json" else f"-{source.stem}"
+    source, target = Path(source), Path(invalid_dir) / f"{spec.name}{launch}-{stamp}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     source.replace(target)
     error = ResultRefused(f"result refused by aggregation ({reason}); moved to {target}")
@@ -223,18 +334,16 @@ def refuse_stale(config: dict, root: Path = Path(".")) -> list[str]:
     for spec in expand_grid(config):
         if exclusion_reason(config, spec) is not None:
             continue
-        path = paths.run_result(spec.name, root)
-        if not path.exists():
+        found = paths.launch_results(root / paths.RUNS, spec.name)
+        if any(k not in found for k in range(1, launches_planned(config) + 1)):
             gone.append(spec.name)
             continue
-        if made is not None and path.stat().st_mtime <= made:
+        if made is not None and all(path.stat().st_mtime <= made for path in found.values()):
             continue  # aggregated (and so validated) since it was last written
-        try:
-            problem = measured_otherwise(read_result(path), spec)
-        except InvalidResult as exc:
-            problem = str(exc)
-        if problem is not None:
-            lines.append(quarantine(spec, problem, root / paths.RUNS, root / paths.INVALID, root / paths.FAILURES))
+        refused = refused_launches(spec, root / paths.RUNS)
+        for path, problem in refused:
+            lines.append(quarantine(spec, path, problem, root / paths.INVALID, root / paths.FAILURES))
+        if refused:
             gone.append(spec.name)
     # Both go: Snakemake does not run a job for a missing input while the file made from it is
     # still there, so a summary left in place would keep the missing result unmeasured.

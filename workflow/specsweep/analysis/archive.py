@@ -13,7 +13,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -51,21 +51,23 @@ def check_consistent(config: dict, root: Path) -> list[str]:
     problems = []
     versions = {}
     for spec in expand_grid(config):
-        excluded = aggregate.exclusion_reason(config, spec)
-        path = paths.run_result(spec.name, root)
-        if excluded:
+        if aggregate.exclusion_reason(config, spec):
             continue
-        if not path.exists():
-            problems.append(f"{spec.name}: neither measured nor excluded (run the main command, or exclude it)")
+        found = paths.launch_results(root / paths.RUNS, spec.name)
+        missing = [k for k in range(1, aggregate.launches_planned(config) + 1) if k not in found]
+        if missing:
+            problems.append(f"{spec.name}: launch {' '.join(map(str, missing))} neither measured nor excluded "
+                            f"(run the main command, or exclude it)")
             continue
-        try:
-            result = store.read_result(path)
-        except store.InvalidResult as exc:
-            problems.append(f"{path}: {exc}")
-            continue
-        if (other := aggregate.measured_otherwise(result, spec)) is not None:
-            problems.append(f"{path}: {other} (the main command measures it again)")
-        versions.setdefault(result.specsweep_version, []).append(path.name)
+        for launch, path in found.items():
+            try:
+                result = store.read_result(path)
+            except store.InvalidResult as exc:
+                problems.append(f"{path}: {exc}")
+                continue
+            if (other := aggregate.measured_otherwise(result, replace(spec, launch=launch))) is not None:
+                problems.append(f"{path}: {other} (the main command measures it again)")
+            versions.setdefault(result.specsweep_version, []).append(str(path.relative_to(root / paths.RUNS)))
     if len(versions) > 1:
         problems.append("results of several specsweep versions: " + "; ".join(
             f"{v} in {', '.join(names)}" for v, names in versions.items()))

@@ -1,8 +1,11 @@
 """Did it get faster? Two studies compared configuration by configuration, with honest noise bands.
 
-The unit of replication is one repeat of a section (``workload.repeats``): a full pass of its
-requests whose throughput is tokens over wall time. Requests inside a repeat are not independent
-samples (they share the server's state and the repeat's clock), so they are never counted as such.
+The unit of replication is one launch of a configuration (``workload.launches``) where both
+studies have several: a server of its own, whose section throughput (tokens over wall time)
+carries the noise between launches. Where either side has one launch, it is one repeat of a
+section (``workload.repeats``): a full pass of its requests on that launch's server. Requests
+inside a repeat are not independent samples (they share the server's state and the repeat's
+clock), so they are never counted as such.
 Each configuration x section gets a two-sided exact Mann-Whitney U test of A's repeats against
 B's, p-values corrected for the many rows compared at once (Benjamini-Hochberg), the ratio of
 medians B/A, and a bootstrap percentile interval of that ratio. A difference is called only when
@@ -26,6 +29,7 @@ from scipy import stats
 from specsweep import axes
 from specsweep.analysis.aggregate import EXCLUDED, OK
 from specsweep.errors import ConfigError
+from specsweep.records import paths
 from specsweep.records.result import ACROSS_STUDIES, Result
 from specsweep.records.store import InvalidResult, read_result
 from specsweep.spec import SLO
@@ -44,7 +48,7 @@ class Study:
 
     label: str
     summary: pd.DataFrame
-    runs: dict[str, Result]
+    runs: dict[str, list[Result]]  # every launch of each measured configuration, in launch order
 
 
 def open_study(path: Path, tmp: Path) -> Study:
@@ -62,19 +66,22 @@ def open_study(path: Path, tmp: Path) -> Study:
                           f"(after `snakemake --cores 1 results/summary.png`) or an archive of one")
     runs = {}
     for name in summary.loc[summary["status"] == OK, "name"].unique():
+        found = paths.launch_results(folder / "runs", name)
+        if not found:
+            raise ConfigError(f"{path}: the summary says {name} was measured, and runs/ holds no result of it")
         try:
-            runs[name] = read_result(folder / "runs" / f"{name}.json")
+            runs[name] = [read_result(p) for p in found.values()]
         except InvalidResult as exc:
             raise ConfigError(f"{path}: {exc}") from exc
     return Study(label=str(path), summary=_with_load(summary, runs), runs=runs)
 
 
-def _with_load(summary: pd.DataFrame, runs: dict[str, Result]) -> pd.DataFrame:
+def _with_load(summary: pd.DataFrame, runs: dict[str, list[Result]]) -> pd.DataFrame:
     """A summary written before load was a dimension: each section ran at one load, which its
     results say (every configuration of a study runs the same sections)."""
     if axes.LOAD in summary.columns:
         return summary
-    loads = {s["name"]: s["load"] for r in runs.values() for s in r.sections}
+    loads = {s["name"]: s["load"] for launches in runs.values() for r in launches for s in r.sections}
     summary = summary.copy()
     summary.insert(list(summary.columns).index(axes.SECTION) + 1, axes.LOAD,
                    [loads.get(section, "") for section in summary[axes.SECTION]])
@@ -102,8 +109,8 @@ def check_comparable(a: Study, b: Study) -> None:
     comparison: refuse them, naming both sides' values. Server version and host may differ: that
     is what a comparison is for."""
     for key in ACROSS_STUDIES:
-        side_a = {r.comparability()[key] for r in a.runs.values()}
-        side_b = {r.comparability()[key] for r in b.runs.values()}
+        side_a = {r.comparability()[key] for launches in a.runs.values() for r in launches}
+        side_b = {r.comparability()[key] for launches in b.runs.values() for r in launches}
         if side_a and side_b and side_a != side_b:
             raise ConfigError(f"the studies measured different {key}s: A {sorted(side_a)}, B {sorted(side_b)}; "
                               f"compare studies of one {key}")
@@ -115,6 +122,17 @@ def repeats_of(result: Result, section: str, load: str) -> list[float]:
         goodput = (result.search or {}).get("goodput_tok_s")
         return [] if goodput is None else [goodput]
     return next(s["output_tok_s_repeats"] for s in result.sections if s["name"] == section and s["load"] == load)
+
+
+def samples_of(results: list[Result], section: str, load: str, *, by_launch: bool) -> list[float]:
+    """The units compared: each launch's throughput (its tokens over its wall time; the goodput in
+    the search's row) where both sides have several launches, else the one launch's repeats."""
+    if not by_launch:
+        return repeats_of(results[0], section, load)
+    if load == SLO:
+        return [g for r in results if (g := (r.search or {}).get("goodput_tok_s")) is not None]
+    return [next(s["output_tok_s"] for s in r.sections if s["name"] == section and s["load"] == load)
+            for r in results]
 
 
 def min_repeats(alpha: float) -> int:
@@ -164,17 +182,19 @@ def _with_axes(frame: pd.DataFrame, a: Study, b: Study) -> pd.DataFrame:
 def _row(a: Study, b: Study, row: dict, alpha: float) -> dict:
     out = {**{k: row[k] for k in KEYS}, "status_a": row["status_a"], "status_b": row["status_b"],
            "n_a": 0, "n_b": 0, "median_a": np.nan, "median_b": np.nan, "ratio": np.nan,
-           "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "verdict": "", "why": ""}
+           "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "unit": "", "verdict": "", "why": ""}
     mark = _mark(row)
     if mark:
         out["verdict"], out["why"] = mark
         return out
-    result_a, result_b = a.runs[row["name"]], b.runs[row["name"]]
-    why_not = _incomparable(result_a, result_b, row["section"])
+    launches_a, launches_b = a.runs[row["name"]], b.runs[row["name"]]
+    why_not = _incomparable(launches_a[0], launches_b[0], row["section"])
     if why_not:
         out["verdict"], out["why"] = "incomparable", why_not
         return out
-    xa, xb = (repeats_of(r, row["section"], row["load"]) for r in (result_a, result_b))
+    by_launch = min(len(launches_a), len(launches_b)) > 1
+    out["unit"] = "launches" if by_launch else "repeats"
+    xa, xb = (samples_of(r, row["section"], row["load"], by_launch=by_launch) for r in (launches_a, launches_b))
     if not xa or not xb:
         out["verdict"], out["why"] = "incomparable", "no rate met the objective on " + (
             "either side" if not xa and not xb else "A" if not xa else "B")
@@ -232,8 +252,9 @@ def _ratio_interval(xa: list[float], xb: list[float], alpha: float) -> tuple[flo
 def _verdict(row: pd.Series, alpha: float) -> tuple[str, str]:
     floor = min_repeats(alpha)
     if min(row["n_a"], row["n_b"]) < floor:
-        return SAME, (f"too few samples: {row['n_a']} and {row['n_b']} repeats; the exact test needs "
-                      f"{floor} a side to reach p < {alpha:g} (set workload.repeats)")
+        unit = row.get("unit") if isinstance(row.get("unit"), str) else "repeats"
+        return SAME, (f"too few samples: {row['n_a']} and {row['n_b']} {unit}; the exact test needs "
+                      f"{floor} a side to reach p < {alpha:g} (set workload.launches, or workload.repeats)")
     if row["q"] >= alpha:
         band = "" if pd.isna(row["ci_low"]) else f"; interval [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" + (
             " holds 1" if row["ci_low"] <= 1 <= row["ci_high"] else "")

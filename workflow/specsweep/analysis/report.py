@@ -12,15 +12,20 @@ from pathlib import Path
 import pandas as pd
 
 from specsweep import axes
+from specsweep.analysis import aggregate, verdict
 from specsweep.analysis.aggregate import OK, not_ok
 from specsweep.measure import quiet_host
-from specsweep.records import store
+from specsweep.records import paths, store
 from specsweep.records.result import Result
 from specsweep.spec import SLO, Objective
 from specsweep.study.grid import expand_grid
 
-RESULT_COLUMNS = ["best_budget", "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_min",
-                  "speedup_max", "sustained_rate_rps", "within_noise", "budgets_measured", "budgets_missing"]
+RESULT_COLUMNS = ["best_budget", "verdict", "best_set", "within_noise", "highest_budget", "output_tok_s",
+                  "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high", "speedup_min",
+                  "speedup_max", "sustained_rate_rps", "confidence", "basis", "launches", "budgets_measured",
+                  "budgets_missing"]
+FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high",
+           "speedup_min", "speedup_max")
 
 
 def groups_of(frame: pd.DataFrame) -> list[str]:
@@ -34,11 +39,13 @@ def keys_of_best(best: pd.DataFrame) -> list[str]:
     return cols[:cols.index("best_budget")]
 
 
-def best_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per value of every other axis and section: the budget with the highest output tok/s, its
-    spread, and the budgets whose repeats reach the best one's slowest repeat (within noise of it).
+def best_table(frame: pd.DataFrame, *, confidence: float = 0.95, tie: float = 0.01) -> pd.DataFrame:
+    """Per value of every other axis, section and load (a cell): the verdict (analysis/verdict.py)
+    on the budgets measured there, with the figures of the budget it names (or, undecided, of the
+    highest), the speedup's interval, and the budgets without a result.
 
-    Budget 0 competes too: when speculation is slower, the answer is 0.
+    Budget 0 competes too: when speculation is slower, the answer is 0. A budget without a
+    result is never a candidate: it is listed as missing, never counted as zero.
     """
     rows = []
     keys, inside = groups_of(frame), axes.within(frame.columns)
@@ -56,17 +63,15 @@ def best_table(frame: pd.DataFrame) -> pd.DataFrame:
             rows.append({**where, "best_budget": None, "budgets_measured": _budgets(measured["budget"]),
                          "budgets_missing": _budgets(missing)})
             continue
-        measured = valued
-        best = measured.loc[measured["output_tok_s"].idxmax()]
-        close = measured[(measured["budget"] != best["budget"])
-                         & (measured["output_tok_s_max"] >= best["output_tok_s_min"])]
+        samples, basis = aggregate.cell_units(valued)
+        found = verdict.decide(samples, confidence=confidence, tie=tie, basis=basis)
+        shown = valued[valued["budget"] == (found.highest if found.named is None else found.named)].iloc[0]
         rows.append({
-            **where, "best_budget": int(best["budget"]),
-            **{c: best[c] for c in ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup",
-                                    "speedup_min", "speedup_max")},
-            "sustained_rate_rps": best.get("sustained_rate_rps"),
-            "within_noise": _budgets(close["budget"]), "budgets_measured": _budgets(measured["budget"]),
-            "budgets_missing": _budgets(missing),
+            **where, "best_budget": found.named, "verdict": found.state, "best_set": _budgets(found.members),
+            "within_noise": _budgets(found.others), "highest_budget": found.highest,
+            **{c: shown.get(c) for c in FIGURES}, "sustained_rate_rps": shown.get("sustained_rate_rps"),
+            "confidence": confidence, "basis": found.basis, "launches": found.units,
+            "budgets_measured": _budgets(valued["budget"]), "budgets_missing": _budgets(missing),
         })
     return pd.DataFrame(rows, columns=keys + RESULT_COLUMNS)
 
@@ -87,22 +92,25 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
              f"{config['model']['name']} on {config['backend']}; grid: {grid}. "
              f"{frame['name'].nunique() - len(bad)} of {frame['name'].nunique()} configurations measured.", "",
              "Best draft budget", "-----------------", "",
-             f"For each {per}, section and load level: the budget with the highest output "
-             "throughput (budget 0 = no speculation, so 0 means speculation did not pay), its tok/s and speedup "
-             "over budget 0 with the min-max of the repeats, and the other budgets whose repeats reach the "
-             "best one's slowest repeat, i.e. within noise of it. Also in results/best.csv. Load c<n> is a "
-             "closed loop with n requests in flight, r<x> an open loop of x requests/s."
-             + (_objective_words(objective) if objective else ""), "",
+             f"For each {per}, section and load level: the verdict on the draft budgets (budget 0 = no "
+             "speculation, so 0 means speculation did not pay). The best set holds every budget that the "
+             f"launches cannot separate from the best at {_confidence(best)} confidence (multiple comparisons "
+             "with the best on log throughput, the variance between launches pooled over the cell's budgets); "
+             "one budget left is decided, several within the tie margin are tied (the smallest named), "
+             "anything else is undecided and named as such. Figures are the named budget's (undecided: the "
+             "highest's): tok/s with the min-max of its repeats, speedup over budget 0 with its interval. Also "
+             "in results/best.csv. Load c<n> is a closed loop with n requests in flight, r<x> an open loop of x "
+             "requests/s." + (_objective_words(objective) if objective else "") + _basis_words(best), "",
              ".. list-table::", "   :header-rows: 1", ""]
-    heads = [*keys, "best budget", "output tok/s (min-max)", "speedup (min-max)", "within noise", "no result"]
+    heads = [*keys, "best budget", "output tok/s (min-max)", f"speedup [{_confidence(best)} interval]", "best set",
+             "no result"]
     lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
     for row in best.to_dict("records"):
         cells = [row[k] for k in keys] + [
-            _none_best(row) if pd.isna(row["best_budget"]) else f"{int(row['best_budget'])}"
+            _none_best(row) if pd.isna(row["highest_budget"]) else verdict_text(row)
             + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
-            _span(row["speedup"], row["speedup_min"], row["speedup_max"], ".2f"),
-            row["within_noise"] or "none", row["budgets_missing"] or "none"]
+            _interval(row), row["best_set"] or "none", row["budgets_missing"] or "none"]
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
@@ -128,6 +136,37 @@ def _objective_words(objective: dict) -> str:
 def _none_best(row: dict) -> str:
     """A group without a best budget: nothing measured, or (the goodput search) no rate within the objective."""
     return "none within the objective" if row.get("budgets_measured") else "none measured"
+
+
+def verdict_text(row: dict) -> str:
+    """A best table row's verdict as a person reads it: "8", "0 (tied: 0 2)", "undecided: 4 8"."""
+    if row["verdict"] == verdict.DECIDED:
+        return f"{int(row['best_budget'])}"
+    if row["verdict"] == verdict.TIED:
+        return f"{int(row['best_budget'])} (tied: {row['best_set']})"
+    return f"undecided: {row['best_set']}"
+
+
+def _confidence(best: pd.DataFrame) -> str:
+    levels = best["confidence"].dropna()
+    return f"{levels.iloc[0]:.0%}" if len(levels) else "95%"
+
+
+def _basis_words(best: pd.DataFrame) -> str:
+    """Said where a verdict rests on one launch's repeats: it misses the noise between launches."""
+    if not (best["basis"] == verdict.REPEATS).any():
+        return ""
+    return (" One launch per configuration: those verdicts rest on the repeats of one server launch and miss "
+            "the noise between launches; set workload.launches to 2 or more for a verdict that reproduces.")
+
+
+def _interval(row: dict) -> str:
+    """The speedup with its interval where the launches give one, else with the repeats' min-max."""
+    if pd.isna(row.get("speedup")):
+        return "no result"
+    if pd.isna(row.get("speedup_low")):
+        return _span(row["speedup"], row["speedup_min"], row["speedup_max"], ".2f")
+    return f"{row['speedup']:.2f} [{row['speedup_low']:.2f}-{row['speedup_high']:.2f}]"
 
 
 def _span(value, low, high, fmt: str) -> str:
@@ -173,8 +212,8 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
         rows = frame[frame["name"] == spec.name]
         status, reason = rows["status"].iloc[0], rows["reason"].iloc[0]
         if status == OK:
-            result = store.read_result(Path(runs_dir) / f"{spec.name}.json")
-            pages[spec.name] = _html(f"{spec.name}: measured", _measured(result, rows))
+            results = [store.read_result(p) for p in paths.launch_results(runs_dir, spec.name).values()]
+            pages[spec.name] = _html(f"{spec.name}: measured", _measured(results, rows))
         else:
             record = store.latest_failure(Path(failures_dir), spec.name)
             body = (f"<p><b>{html.escape(status)}</b>: {html.escape(str(reason))}</p>"
@@ -184,15 +223,21 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
     return pages
 
 
-def _measured(result: Result, rows: pd.DataFrame) -> str:
+def _measured(results: list[Result], rows: pd.DataFrame) -> str:
+    """A configuration's page: its figures (the launches' mean), each launch's throughput, and
+    what was measured where (the first launch's facts; every launch's times)."""
     table = rows[[*axes.within(rows.columns), "output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup",
-                  "ttft_p50_s", "tpot_p50_s", "acceptance_length", "draft_acceptance_rate", "sustained_rate_rps"]]
+                  "speedup_low", "speedup_high", "launch_tok_s", "ttft_p50_s", "tpot_p50_s", "acceptance_length",
+                  "draft_acceptance_rate", "sustained_rate_rps"]]
+    result = results[0]
     facts = {"server command": " ".join(result.server["command"]), "server version": result.server["version"],
              "model": json.dumps(result.model), "hardware": json.dumps(result.hardware),
-             "started / finished": f"{result.started_at} / {result.finished_at}"}
+             **{f"launch {r.spec.get('launch', 1)} started / finished": f"{r.started_at} / {r.finished_at}"
+                for r in results}}
     items = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts.items())
-    return (f"<h2>Per section</h2>{table.to_html(index=False, float_format=lambda v: f'{v:.4g}', na_rep='-')}"
-            + _gpu_readings(result) +
+    return (f"<h2>Per section (mean of {len(results)} launch(es); launch_tok_s: each launch's)</h2>"
+            f"{table.to_html(index=False, float_format=lambda v: f'{v:.4g}', na_rep='-')}"
+            + "".join(_gpu_readings(r) for r in results) +
             f"<h2>What was measured, where</h2><table>{items}</table>"
             f"<h2>Provenance</h2><pre>{html.escape(json.dumps(result.provenance, indent=1))}</pre>")
 
@@ -221,7 +266,7 @@ def _html(title: str, body: str) -> str:
 def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir: Path, best_csv: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
               study_yaml: str, study_html: Path) -> None:
-    best = best_table(frame)
+    best = best_table(frame, confidence=config["verdict"]["confidence"], tie=config["verdict"]["tie"])
     store.write_text_atomic(best_csv, best.to_csv(index=False))
     store.write_text_atomic(front, front_page(config, frame, best))
     summary_html, best_html = tables_html
@@ -236,10 +281,11 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
 
 
 def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> str:
-    """What the terminal shows when the main command succeeds: the best budgets (a few lines of
+    """What the terminal shows when the main command succeeds: the verdict per cell (a few lines of
     results/best.csv), what has no result and why, and where to look next."""
-    best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string"}).fillna(
-        {"within_noise": "", "budgets_measured": ""})
+    best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string",
+                                        "best_set": "string", "verdict": "string", "basis": "string"}).fillna(
+        {"within_noise": "", "budgets_measured": "", "best_set": "", "verdict": "", "basis": ""})
     frame = pd.read_csv(summary_csv, dtype={"reason": "string"}).fillna({"reason": ""})
     keys = keys_of_best(best)
     inside = axes.within(keys)
@@ -251,19 +297,27 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
                 + "".join(f"  {row[k]!s:<{widths[k]}}" for k in inside))
 
     per = f"{', '.join(keys[:-1])} and {keys[-1]}"
-    lines = ["", f"Best draft budget per {per} ({best_csv}; 0 = speculation did not pay):",
-             f"  {where({k: k for k in keys})} {'best':>5} {'tok/s':>8} {'speedup':>8}  within noise"]
+    launches = best["launches"].dropna()
+    over = (f"{_confidence(best)} confidence over {int(launches.min())} launch(es)" if len(launches) else "")
+    lines = ["", f"Best draft budget per {per} ({best_csv}; 0 = speculation did not pay; {over}):",
+             f"  {where({k: k for k in keys})} {'best':>5} {'tok/s':>8}  {'speedup [interval]':<19} verdict"]
     for row in best.head(limit).to_dict("records"):
-        if pd.isna(row["best_budget"]):
+        if pd.isna(row["highest_budget"]):
             lines.append(f"  {where(row)} {'-':>5}  "
                          + ("no budget within the objective" if row.get("budgets_measured") else "no budget measured"))
             continue
         sustained = (f"  (sustains {row['sustained_rate_rps']:.3g} req/s)"
                      if row.get(axes.LOAD) == SLO and not pd.isna(row.get("sustained_rate_rps")) else "")
-        lines.append(f"  {where(row)} {int(row['best_budget']):>5} {row['output_tok_s']:>8.1f} "
-                     f"{_times(row['speedup']):>8}  {row['within_noise'] or 'none'}{sustained}")
+        named = "-" if pd.isna(row["best_budget"]) else f"{int(row['best_budget'])}"
+        state = {verdict.DECIDED: "decided", verdict.TIED: f"tied: {row['best_set']}"}.get(
+            row["verdict"], f"undecided: {row['best_set']}")
+        lines.append(f"  {where(row)} {named:>5} {row['output_tok_s']:>8.1f}  {_speedup_cell(row):<19} "
+                     f"{state}{sustained}")
     if len(best) > limit:
         lines.append(f"  ... {len(best) - limit} more rows in {best_csv}")
+    if (best["basis"] == verdict.REPEATS).any():
+        lines.append("One launch per configuration: the verdict rests on one launch's repeats and misses the noise "
+                     "between launches; set workload.launches to 2 or more.")
     bad = not_ok(frame)
     lines.append("Without a result: " + ("none." if bad.empty else ", ".join(
         f"{r.name} ({r.status}: {r.reason})" for r in bad.itertuples())))
@@ -272,9 +326,14 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
     return "\n".join(lines)
 
 
+def _speedup_cell(row: dict) -> str:
+    """1.07x [0.98-1.17], or 1.07x alone where no interval could be had."""
+    if pd.isna(row.get("speedup")):
+        return "-"
+    if pd.isna(row.get("speedup_low")):
+        return f"{row['speedup']:.2f}x"
+    return f"{row['speedup']:.2f}x [{row['speedup_low']:.2f}-{row['speedup_high']:.2f}]"
+
+
 # The terminal's columns as they were before axes were data (and load a column).
 _MIN_WIDTH = {"tp": 3, "context": 8, axes.SECTION: 12, axes.LOAD: 4}
-
-
-def _times(value) -> str:
-    return "-" if pd.isna(value) else f"{value:.2f}x"

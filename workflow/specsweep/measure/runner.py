@@ -16,6 +16,7 @@ from specsweep import __version__
 from specsweep.errors import ClientOverload, ConfigError, InvalidResponse, PromptReused, SpecsweepError
 from specsweep.measure import client, goodput, host_facts, leases, provenance, quiet_host, section_stats, workload
 from specsweep.measure.quiet_host import Guard
+from specsweep.records import paths
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
 from specsweep.records.store import utc_now, write_json_atomic
@@ -31,9 +32,9 @@ def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
 
     ``terminal``: also on stdout, which Snakemake shows on the terminal (waiting for devices).
     """
-    print(f"[{spec.name}] {message}", file=sys.stderr, flush=True)
+    print(f"[{spec.label}] {message}", file=sys.stderr, flush=True)
     if terminal:
-        print(f"[{spec.name}] {message}", flush=True)
+        print(f"[{spec.label}] {message}", flush=True)
 
 
 def api_key(spec: RunSpec) -> str | None:
@@ -150,7 +151,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
         Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
         write_json_atomic(out, doc)
         say(spec, f"result written to {out}")
-    say(spec, measured_line(spec, doc, out.parent), terminal=True)
+    say(spec, measured_line(spec, doc, paths.runs_of(out)), terminal=True)
     return doc
 
 
@@ -176,12 +177,14 @@ def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
 
 
 def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[tuple[str, str], float]:
-    """Output tok/s per section and load of the same other axes at budget 0, if its result is here."""
+    """Output tok/s per section and load of the same other axes at budget 0 and the same launch, if
+    its result is here."""
     from specsweep.axes import run_name
     from specsweep.records.store import InvalidResult, read_result
 
     try:
-        base = read_result(Path(runs_dir) / f"{run_name({**spec.values, 'budget': 0})}.json")
+        base = read_result(paths.run_result(run_name({**spec.values, 'budget': 0}), launch=spec.launch,
+                                            runs=Path(runs_dir)))
     except (InvalidResult, FileNotFoundError):
         return {}
     if base.spec.get("study") != spec.study:
@@ -265,7 +268,7 @@ def prompts_facts(spec: RunSpec, prompt_source: dict | None, prompts: list) -> d
     """What the result says of its prompts: where they came from, and whether any was re-sent."""
     return {"source": spec.prompts_file or prompt_source["source"], "set": spec.prompt_set,
             "kind": (prompt_source or {}).get("kind", "own"),
-            "documents_sha256": (prompt_source or {}).get("prompts_sha256"), "seed": spec.seed,
+            "documents_sha256": (prompt_source or {}).get("prompts_sha256"), "seed": spec.prompt_seed,
             "count": len(prompts), "tokens_each": spec.context, "sha256": workload.prompt_set_hash(prompts),
             "reused": spec.reuse_prompts}
 

@@ -30,17 +30,18 @@ def make_prompts(server: ServerProcess, spec: RunSpec, prompt_source: dict | Non
     the server tokenizes them, none from text another of them used.
 
     From the user's JSONL file (each line one prompt, in order) or the provisioned prompt set
-    (its documents in the study seed's order, so every configuration gets the same prompts).
+    (its documents in the order of the launch's seed, so every configuration gets the same prompts
+    at the same launch index; a user's file sends the same prompts at every launch).
     """
     if spec.prompts_file:
         return build_prompts(_tokenizer(server), read_prompts_file(spec.prompts_file), count=spec.prompts_needed,
                              length=spec.context, chunk_chars=_chunk_chars(spec.context, spec.max_output_tokens),
                              source=spec.prompts_file, join=False)
-    return set_prompts(server, prompt_source, count=spec.prompts_needed, length=spec.context, seed=spec.seed,
+    return set_prompts(server, prompt_source, count=spec.prompts_needed, length=spec.context, seed=spec.prompt_seed,
                        output_tokens=spec.max_output_tokens)
 
 
-def set_prompts(server: ServerProcess, source: dict, *, count: int, length: int, seed: int = 0,
+def set_prompts(server: ServerProcess, source: dict, *, count: int, length: int, seed: int | str = 0,
                 output_tokens: int = 0) -> list[Prompt]:
     """``count`` prompts of ``length`` tokens from a provisioned prompt set (its manifest ``source``)."""
     documents = read_documents(source["prompts"])

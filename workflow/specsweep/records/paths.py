@@ -5,12 +5,14 @@ The rules and the package read these names from here, so that the layout is said
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 RESULTS = Path("results")
-RUNS = RESULTS / "runs"  # one result document per measured configuration
+RUNS = RESULTS / "runs"  # one result document per launch of a configuration: <name>/launch<k>.json
 FAILURES = RESULTS / "failures"  # failure records, <name>/<time>-attempt<n>.json, kept across reruns
 HISTORY = RESULTS / "history"  # a read-only copy of every result ever written, <name>/<sha256>.json
+RACE = RESULTS / "race"  # racing (verdict.until_decided): round<r>.json, who gets launch r+1
 INVALID = RESULTS / "invalid"  # results aggregation refused, moved aside (never deleted)
 SUMMARY_CSV = RESULTS / "summary.csv"
 SUMMARY_PNG = RESULTS / "summary.png"
@@ -30,9 +32,11 @@ LOGS = Path("logs")
 SERVER_LOGS = LOGS / "server"  # one server log per configuration, <name>.log
 
 # The rules' wildcard paths, as Snakemake takes them.
-RUN_RESULT = f"{RUNS}/{{name}}.json"
-RUN_LOG = f"{LOGS}/runs/{{name}}.log"
-SERVER_LOG = f"{SERVER_LOGS}/{{name}}.log"
+RUN_RESULT = f"{RUNS}/{{name}}/launch{{launch}}.json"
+RUN_LOG = f"{LOGS}/runs/{{name}}/launch{{launch}}.log"
+SERVER_LOG = f"{SERVER_LOGS}/{{name}}/launch{{launch}}.log"
+RACE_ROUND = f"{RACE}/round{{round}}.json"
+_LAUNCH_FILE = re.compile(r"launch(\d+)\.json")
 
 
 def manifest(target: str) -> Path:
@@ -40,12 +44,46 @@ def manifest(target: str) -> Path:
     return PROVISION / f"{target}.json"
 
 
-def server_log(name: str) -> Path:
-    return SERVER_LOGS / f"{name}.log"
+def server_log(name: str, launch: int = 1) -> Path:
+    return SERVER_LOGS / name / f"launch{launch}.log"
 
 
-def run_result(name: str, root: Path = Path(".")) -> Path:
-    return root / RUNS / f"{name}.json"
+def run_result(name: str, launch: int = 1, runs: Path = RUNS) -> Path:
+    """The result of one launch of a configuration."""
+    return Path(runs) / name / f"launch{launch}.json"
+
+
+def race_round(number: int) -> Path:
+    return RACE / f"round{number}.json"
+
+
+def launch_results(runs: Path, name: str) -> dict[int, Path]:
+    """Every launch result of a configuration in a runs folder, by launch index, in order.
+
+    A results folder written before launches were targets holds one result per configuration,
+    runs/<name>.json: it reads as launch 1 (unless a launch1.json is there too).
+    """
+    found = {}
+    folder = Path(runs) / name
+    for path in folder.glob("launch*.json") if folder.is_dir() else ():
+        if match := _LAUNCH_FILE.fullmatch(path.name):
+            found[int(match[1])] = path
+    legacy = Path(runs) / f"{name}.json"
+    if 1 not in found and legacy.is_file():
+        found[1] = legacy
+    return dict(sorted(found.items()))
+
+
+def runs_of(result: Path) -> Path:
+    """The runs folder a result file lies in: <runs>/<name>/launch<k>.json, or <runs>/<name>.json."""
+    result = Path(result)
+    return result.parent.parent if _LAUNCH_FILE.fullmatch(result.name) else result.parent
+
+
+def configuration_of(result: Path) -> str:
+    """The configuration a result file in a runs folder belongs to (its folder, or a legacy file's stem)."""
+    result = Path(result)
+    return result.parent.name if _LAUNCH_FILE.fullmatch(result.name) else result.stem
 
 
 def history_of(runs_dir: Path) -> Path:

@@ -174,6 +174,11 @@ class Result:
                          "search_converged": self.search["converged"]})
         return rows
 
+    def repeat_rates(self) -> dict[tuple[str, str], list[float]]:
+        """Each section's repeats' output tok/s, by (section, load), in the order they ran (the
+        verdict's units where a configuration had one launch)."""
+        return {(s["name"], s["load"]): list(s.get("output_tok_s_repeats") or []) for s in self.sections}
+
     def comparability(self) -> dict[str, str]:
         """What must be equal for two results to share one summary (as pyperf refuses to mix)."""
         hw = self.hardware or {}

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specsweep.errors import ResultWriteError
+from specsweep.records import paths
 from specsweep.records.failure import Failure
 from specsweep.records.result import SCHEMA as RESULT_SCHEMA
 from specsweep.records.result import VERSION as RESULT_VERSION
@@ -132,9 +133,10 @@ def archive_runs(runs_dir: Path, history_dir: Path, *, only: Path | None = None)
     import hashlib
 
     added = 0
-    for path in [Path(only)] if only else sorted(Path(runs_dir).glob("*.json")):
+    found = [*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]
+    for path in [Path(only)] if only else sorted(found):
         data = path.read_bytes()
-        target = Path(history_dir) / path.stem / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+        target = Path(history_dir) / paths.configuration_of(path) / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
         if target.exists():
             continue
         write_bytes_atomic(target, data)

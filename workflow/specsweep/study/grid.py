@@ -95,3 +95,18 @@ def check_unique_names(specs: list[RunSpec]) -> None:
             raise ConfigError(f"grid points {seen[spec.name].values} and {spec.values} share the name {spec.name}; "
                               f"give the axes values that read differently")
         seen[spec.name] = spec
+
+
+def launch_order(names: list[str], launch: int) -> list[str]:
+    """The order configurations run in at one launch index (on --cores 1): grid order at odd
+    launches, reversed at even ones, so that drift over a sweep (a machine warming up, a cache
+    filling) reaches every budget alike instead of always favouring whoever runs first."""
+    return list(names) if launch % 2 else list(reversed(names))
+
+
+def launch_priority(names: list[str], name: str, launch: int, most: int) -> int:
+    """Snakemake's priority of one launch job: every job of launch k above every job of launch
+    k + 1 (launch k of all configurations runs before launch k + 1 of any), and within a launch
+    the order of launch_order. ``most``: the highest launch index the study may reach."""
+    order = launch_order(names, launch)
+    return (most - launch) * len(names) + (len(names) - order.index(name))

@@ -85,12 +85,25 @@ def check_objective(objective: dict | None, sections: list[str]) -> None:
                           "give at least one latency bound, e.g. ttft_p99_s: 1.0")
 
 
+def check_racing(launches: int, until_decided: dict | None) -> None:
+    """Racing starts from a verdict, and a verdict needs the noise between launches: two at least."""
+    if not until_decided:
+        return
+    if launches < 2:
+        raise ConfigError(f"verdict.until_decided needs workload.launches of 2 or more (got {launches}): the first "
+                          f"round must measure the noise between launches before it can tell what is undecided")
+    if until_decided["max_launches"] < launches:
+        raise ConfigError(f"verdict.until_decided.max_launches {until_decided['max_launches']} is below "
+                          f"workload.launches {launches}; raise it, or lower workload.launches")
+
+
 def check_study(config: dict) -> None:
     """Checks JSON schema cannot express; each message names the numbers and the fix."""
     names = [s["name"] for s in config["workload"]["sections"]]
     if len(set(names)) != len(names):
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
     check_objective(config["workload"].get("objective"), names)
+    check_racing(config["workload"]["launches"], config["verdict"]["until_decided"])
     server, own = config["server"], tuple(grid_axes.own(config["grid"]))
     check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
                   allow_remote_bind=server["allow_remote_bind"], axes=own)

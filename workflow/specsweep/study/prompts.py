@@ -75,7 +75,7 @@ def read_documents(path: str | Path) -> list[str]:
                           f"(remove its folder in the cache)") from exc
 
 
-def seeded_order(count: int, seed: int) -> list[int]:
+def seeded_order(count: int, seed: int | str) -> list[int]:
     """The order documents are used in: the same for every configuration of a study (same seed)."""
     order = list(range(count))
     random.Random(f"prompts:{seed}").shuffle(order)

@@ -1,0 +1,163 @@
+"""The verdict's statistics on a stand-in whose throughput is a known function of the budget plus
+noise of known size (between launches and within one): the best set holds the true best at the
+stated rate, a true 1% difference is tied, racing reaches the fixed design's verdict with fewer
+launches, and one launch says it rests on repeats."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from specsweep.analysis import aggregate, race, report, verdict
+
+TRUE = {0: 100.0, 2: 104.0, 4: 108.0, 8: 109.0}  # tok/s; 8 is the true best, 4 within 1%
+
+
+def launches(rng: random.Random, true: dict[int, float], *, n: int, between: float, within: float = 0.01,
+             repeats: int = 2) -> dict[int, list[float]]:
+    """Each launch's throughput: the truth times a launch factor, times the mean of its repeats' jitter."""
+    return {b: [rate * math.exp(rng.gauss(0, between)) * sum(math.exp(rng.gauss(0, within))
+                                                             for _ in range(repeats)) / repeats
+                for _ in range(n)] for b, rate in true.items()}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_best_set_holds_the_true_best_at_the_stated_rate(n):
+    rng = random.Random(n)
+    trials = 300
+    held = sum(8 in verdict.decide(launches(rng, TRUE, n=n, between=0.05), confidence=0.95, tie=0.01).members
+               for _ in range(trials))
+    # 95% stated; three binomial standard errors below it is a failure, not luck.
+    assert held / trials >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / trials), held
+
+
+def test_a_lower_confidence_gives_smaller_sets_and_misses_more_often():
+    rng = random.Random(7)
+    data = [launches(rng, TRUE, n=3, between=0.05) for _ in range(200)]
+    sizes = {c: sum(len(verdict.decide(d, confidence=c, tie=0.01).members) for d in data) for c in (0.6, 0.95)}
+    assert sizes[0.6] < sizes[0.95]
+
+
+def test_a_clear_winner_is_decided_and_a_slower_budget_is_never_in_its_set():
+    rng = random.Random(1)
+    found = verdict.decide(launches(rng, {0: 100.0, 4: 160.0, 8: 140.0}, n=2, between=0.02), confidence=0.95,
+                           tie=0.01)
+    assert (found.state, found.named, found.members) == (verdict.DECIDED, 4, (4,))
+    assert found.text() == "4" and found.basis == verdict.LAUNCHES and found.units == 2
+
+
+def test_a_true_one_percent_difference_is_tied_and_the_smaller_budget_named():
+    rng = random.Random(2)
+    states = []
+    for _ in range(100):
+        found = verdict.decide(launches(rng, {0: 100.0, 2: 101.0, 4: 80.0}, n=4, between=0.002, within=0.001),
+                               confidence=0.95, tie=0.01)
+        states.append((found.state, found.named, found.members))
+    assert states.count((verdict.TIED, 0, (0, 2))) >= 95, states
+    # Without a tie margin the same data name budget 2 (or cannot tell), never budget 0 alone.
+    strict = verdict.decide(launches(rng, {0: 100.0, 2: 101.0, 4: 80.0}, n=4, between=0.002, within=0.001),
+                            confidence=0.95, tie=0.0)
+    assert strict.state != verdict.TIED and strict.named != 0
+
+
+def test_noise_larger_than_the_differences_is_undecided_and_named_so():
+    rng = random.Random(3)
+    found = verdict.decide(launches(rng, {0: 100.0, 4: 103.0, 8: 104.0}, n=2, between=0.10), confidence=0.95,
+                           tie=0.01)
+    assert found.state == verdict.UNDECIDED and found.named is None and found.members == (0, 4, 8)
+    assert found.text() == "undecided: 0 4 8"
+
+
+def test_one_unit_each_separates_nothing():
+    found = verdict.decide({0: [100.0], 4: [200.0]}, confidence=0.95, tie=0.01)
+    assert found.state == verdict.UNDECIDED and found.members == (0, 4) and found.highest == 4
+
+
+def test_one_launch_falls_back_to_its_repeats_and_says_so():
+    samples, basis = verdict.units({0: [100.0], 4: [150.0]}, {0: [99.0, 101.0], 4: [149.0, 151.0]})
+    assert basis == verdict.REPEATS and samples == {0: [99.0, 101.0], 4: [149.0, 151.0]}
+    samples, basis = verdict.units({0: [100.0, 98.0], 4: [150.0, 152.0]}, {0: [1.0], 4: [2.0]})
+    assert basis == verdict.LAUNCHES and samples[4] == [150.0, 152.0]
+
+
+def test_the_speedup_interval_holds_the_true_speedup_at_its_rate():
+    rng = random.Random(4)
+    trials, held = 300, 0
+    for _ in range(trials):
+        low, high = verdict.speedup_interval(launches(rng, {0: 100.0, 4: 130.0}, n=3, between=0.05), 4,
+                                             confidence=0.95)
+        held += low <= 1.3 <= high
+    assert held / trials >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / trials)
+    assert verdict.speedup_interval({0: [1.0], 4: [2.0]}, 4, confidence=0.95) is None
+    assert verdict.speedup_interval({2: [1.0, 1.1], 4: [2.0, 2.1]}, 4, confidence=0.95) is None
+
+
+def test_the_critical_value_is_dunnetts():
+    # One-sided Dunnett, 3 comparisons with a control, 20 df, 95%: 2.19 in Dunnett's (1955) table.
+    assert verdict.dunnett_one_sided(5, (5, 5, 5), 20, 0.95) == pytest.approx(2.19, abs=0.01)
+    # One comparison is Student's t.
+    assert verdict.dunnett_one_sided(3, (3,), 4, 0.95) == pytest.approx(2.132, abs=0.001)
+
+
+# --- racing, on summary rows as aggregation makes them --------------------------------------------
+
+def frame_of(draws: dict[tuple[int, int], list[float]], taken: dict[tuple[int, int], int]) -> pd.DataFrame:
+    """Summary rows of a two-context grid (one section), each configuration with its first
+    ``taken`` launches of ``draws``."""
+    rows = []
+    for (context, budget), values in draws.items():
+        used = values[:taken[context, budget]]
+        rows.append({"name": f"tp1-b{budget}-ctx{context}", "tp": 1, "budget": budget, "context": context,
+                     "section": "short", "load": "c1", "status": aggregate.OK, "reason": "",
+                     "output_tok_s": sum(used) / len(used), "output_tok_s_min": min(used),
+                     "output_tok_s_max": max(used), "launches": len(used),
+                     "launch_tok_s": " ".join(f"{v:.6g}" for v in used), "repeat_tok_s": ""})
+    return aggregate.add_speedup(pd.DataFrame(rows))
+
+
+def race_on(draws: dict, most: int) -> dict:
+    """Launches each configuration gets when rounds race from 2 launches up to ``most``."""
+    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": most}}}
+    taken = dict.fromkeys(draws, 2)
+    for round_ in range(2, most):
+        names, _ = race.contenders(config, frame_of(draws, taken), round_)
+        if not names:
+            break
+        for key in taken:
+            if f"tp1-b{key[1]}-ctx{key[0]}" in names:
+                taken[key] += 1
+    return taken
+
+
+def test_racing_reaches_the_fixed_designs_verdict_with_fewer_launches():
+    # ctx 128: budget 8 far ahead (decided at once); ctx 1024: 4 ahead of 8 by 10%, under 5% noise.
+    truth = {128: {0: 100.0, 4: 120.0, 8: 180.0}, 1024: {0: 100.0, 4: 115.0, 8: 104.0}}
+    most, spent, raced_on = 8, [], 0
+    for seed in range(6, 15):
+        rng = random.Random(seed)
+        draws = {(c, b): launches(rng, {b: rate}, n=most, between=0.05)[b] for c, row in truth.items()
+                 for b, rate in row.items()}
+        taken = race_on(draws, most)
+        raced = report.best_table(frame_of(draws, taken))
+        fixed = report.best_table(frame_of(draws, dict.fromkeys(draws, most)))
+        assert list(raced["best_budget"]) == list(fixed["best_budget"]) == [8, 4], seed
+        assert taken[128, 8] == taken[128, 0] == 2  # the decided cell got nothing past the first round
+        spent.append(sum(taken.values()))
+        raced_on += taken[1024, 4] > 2
+    assert max(spent) < most * 6 and raced_on >= 5, spent  # fewer than the fixed design's 48, every time
+
+
+def test_racing_stops_at_its_most_launches_and_never_resumes_a_stopped_configuration():
+    # One true rate, launches 10% apart: nothing can be separated.
+    draws = {(128, 0): [100.0, 110.0, 95.0, 104.0], (128, 4): [108.0, 97.0, 103.0, 96.0]}
+    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 3}}}
+    names, cells = race.contenders(config, frame_of(draws, dict.fromkeys(draws, 2)), 2)
+    assert names == ["tp1-b0-ctx128", "tp1-b4-ctx128"] and cells == ["tp 1 context 128 section short load c1: undecided 0 4"]
+    assert race.contenders(config, frame_of(draws, dict.fromkeys(draws, 3)), 3) == ([], [])
+    # A configuration with fewer launches than the round (it stopped earlier) is not raced again.
+    taken = {(128, 0): 2, (128, 4): 3}
+    assert race.contenders({**config, "verdict": {**config["verdict"], "until_decided": {"max_launches": 5}}},
+                           frame_of(draws, taken), 3)[0] == ["tp1-b4-ctx128"]

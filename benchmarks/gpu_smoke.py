@@ -1,19 +1,28 @@
 """The GPU smoke check: on a GPU machine, what holds end to end, in one JSON, in a few minutes.
 
-    python benchmarks/gpu_smoke.py [--python PYTHON] [--out gpu_smoke.json] [--budget 4]
+    python benchmarks/gpu_smoke.py --llama-source SOURCE.tar.xz [--cpu] [--python PYTHON]
+        [--out gpu_smoke.json] [--budget 4]
 
-1. `specsweep doctor` for each backend found (`vllm`, `sglang` importable by --python, default
-   this interpreter; whichever of the two is installed there).
-2. For each: a tiny random-weight Llama built locally with that Python (the pipeline's own
-   make_tiny_model.py: no hub), then two configurations through the real CLI
-   (`python -m specsweep run`: budget 0 and --budget with n-gram drafts, tp 1, 128-token
-   prompts, short sections), on one GPU with the device leases and the quiet-host guard on.
-3. Per configuration: the exit code; per section the server's token counter against the
-   responses' tokens, the acceptance length and the drafts; after teardown, processes of the
-   server still alive, /dev/shm files left, and the GPU's memory in use by NVML.
+Needs only what the GPU machine this project is lent has (CUDA's compiler, CMake, numpy; no
+package index): SOURCE is the llama.cpp source cut from the pinned llama-cpp-python sdist
+(`specsweep provision llama-source --version V --sha256 S --out SOURCE.tar.xz`, a few MB, with
+its manifest SOURCE.tar.xz.json beside it), carried there with the working tree.
+
+1. llama-server: built from SOURCE with CUDA for Hopper (GGML_CUDA=ON, architecture 90; all
+   cores), or for the CPU with --cpu (the same build as the embedded default: this is how the
+   script's own logic is tested on a machine without a GPU). The build time is recorded.
+2. A tiny random-weight Llama GGUF written by llama.cpp's own gguf-py from SOURCE (no hub, no
+   torch: workflow/specsweep/data/make_tiny_gguf.py).
+3. The real pipeline on it (`snakemake --cores 1 results/summary.png` on a study of budgets 0 and
+   --budget with ngram-mod drafts, tp 1, 128-token prompts, the GPU lease and NVML telemetry on,
+   -ngl 99), then per configuration the server's token counter against the responses' tokens, the
+   acceptance, each section's GPU clocks, heat and power, and after the run: llama-server
+   processes left and each GPU's memory against its level before.
+4. If vLLM or SGLang is importable by --python (default this interpreter): `specsweep doctor` and
+   two configurations through the real CLI on a tiny model built with that Python, as before.
 
 Writes the JSON to --out and prints it; exits nonzero when anything did not hold. Meant to
-finish in under 8 minutes (model build about a minute, each launch one to two).
+finish well inside 8 minutes on the H200 machine, the CUDA build included.
 """
 
 from __future__ import annotations
@@ -44,6 +53,88 @@ COMMAND = {
                "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--mem-fraction-static",
                "0.3", "--enable-metrics", "--disable-cuda-graph"],
 }
+
+
+LLAMA_SPECULATIVE = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "1",
+                     "--spec-ngram-mod-n-max", "{budget}"]
+LLAMA_COMMAND = ["{binary}", "-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "{ctx_size}", "-np",
+                 "{slots}", "-t", "{threads}", "--metrics", "--no-webui"]
+MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
+
+
+def llama_study(binary: str, model: Path, budget: int, *, gpu: bool) -> dict:
+    return {
+        "study": "gpu-smoke-llama-server", "backend": "llama-server",
+        "model": {"name": "tiny-llama-random-gguf", "path": str(model), "context_limit": 4096},
+        "server": {"binary": binary, "command": LLAMA_COMMAND + (["-ngl", "99"] if gpu else []),
+                   "speculative_args": LLAMA_SPECULATIVE, "gpu": gpu, "startup_timeout_s": 120,
+                   "stall_timeout_s": 30},
+        "grid": {"budget": [0, budget], "tp": [1], "context": [128]},
+        "retries": 0,
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 8, "repeats": 2, "launches": 1, "sections": [
+            {"name": "short", "output_tokens": 32, "requests": 2},
+            {"name": "long", "output_tokens": 128, "requests": 1}]},
+    }
+
+
+def llama_processes(binary: str) -> list[dict]:
+    import psutil
+
+    return [p.info for p in psutil.process_iter(["pid", "cmdline"]) if binary in " ".join(p.info["cmdline"] or [])]
+
+
+def check_llama_server(source: Path, tmp: Path, *, budget: int, cpu: bool) -> dict:
+    """Build llama-server from the carried source, make a GGUF without a hub, run the pipeline on it."""
+    from specsweep.servers.backends import llama_server
+    from specsweep.study import loading
+
+    pins = loading.load_study(REPO / "config" / "config.yaml")["provision"]
+    out: dict = {"source": str(source), "cuda_arch": None if cpu else "90"}
+    t0 = time.monotonic()
+    server = llama_server.provision_server(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"],
+                                           log_path=tmp / "build.log", source=source, cuda_arch=out["cuda_arch"])
+    out["build"] = {"seconds_here": round(time.monotonic() - t0, 1), "build_seconds": server.get("build_seconds"),
+                    "from_cache": time.monotonic() - t0 < 0.5 * (server.get("build_seconds") or 0),
+                    "cmake_flags": server["cmake_flags"], "cores": os.cpu_count()}
+    model = llama_server.provision_tiny_gguf(source, tmp / "tiny.gguf")
+    out["model"] = model["made"]
+    folder = tmp / "llama-server"
+    folder.mkdir()
+    (folder / "study.yaml").write_text(yaml.safe_dump(llama_study(server["binary"], tmp / "tiny.gguf", budget,
+                                                                  gpu=not cpu)))
+    out["gpu_memory_before"] = {} if cpu else gpu_memory()
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
+                           str(folder), "--configfile", str(folder / "study.yaml"), "--cores", "1",
+                           "results/summary.png"], capture_output=True, text=True, timeout=420,
+                          env={**os.environ, "SPECSWEEP_LOCK_DIR": str(folder / "locks")})
+    out["pipeline"] = {"exit_code": done.returncode, "seconds": round(time.monotonic() - t0, 1),
+                       "tail": (done.stdout + done.stderr)[-2500:]}
+    time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
+    out["left_processes"] = llama_processes(server["binary"])
+    out["gpu_memory_after"] = {} if cpu else gpu_memory()
+    out["gpu_memory_back"] = all(out["gpu_memory_after"].get(g, 0) <= used + MEMORY_SLACK
+                                 for g, used in out["gpu_memory_before"].items())
+    out["configurations"] = [configuration_facts(p) for p in sorted((folder / "results/runs").glob("*/launch*.json"))]
+    best = folder / "results" / "best.csv"
+    out["verdicts"] = best.read_text().splitlines() if best.is_file() else []
+    out["held"] = (done.returncode == 0 and len(out["configurations"]) == 2 and not out["left_processes"]
+                   and out["gpu_memory_back"] and all(c["counted"] for c in out["configurations"]))
+    return out
+
+
+def configuration_facts(path: Path) -> dict:
+    """What one launch's result says of the server's counters, drafts, GPUs and their readings."""
+    doc = json.loads(path.read_text())
+    sections = [{
+        "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
+        "server_counter": {k: v for k, v in s["counters"].items() if "tokens_predicted" in k},
+        "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
+        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["host_load"].get("gpu_telemetry")}
+        for s in doc["sections"]]
+    return {"name": doc["name"], "sections": sections, "devices": doc["isolation"]["devices"],
+            "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version"),
+            "counted": all(sum(s["server_counter"].values()) == s["output_tokens"] for s in sections)}
 
 
 def installed(python: str, module: str) -> bool:
@@ -113,12 +204,20 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable, help="the Python that has vLLM and/or SGLang")
     parser.add_argument("--out", type=Path, default=Path("gpu_smoke.json"))
     parser.add_argument("--budget", type=int, default=4)
+    parser.add_argument("--llama-source", type=Path, required=True,
+                        help="the llama.cpp source archive (specsweep provision llama-source)")
+    parser.add_argument("--cpu", action="store_true", help="build and run llama-server on the CPU (no GPU here)")
     args = parser.parse_args()
     report: dict = {"python": args.python, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "backends": {}}
     found = [b for b in ("vllm", "sglang") if installed(args.python, b)]
     report["found"] = found
     with tempfile.TemporaryDirectory(prefix="specsweep-gpu-smoke-") as tmp:
         tmp = Path(tmp)
+        try:
+            report["llama_server"] = check_llama_server(args.llama_source.resolve(), tmp, budget=args.budget,
+                                                        cpu=args.cpu)
+        except Exception as exc:  # a failed build or model is a finding, written like the others
+            report["llama_server"] = {"held": False, "error": f"{type(exc).__name__}: {exc}"}
         if found:
             script = REPO / "workflow" / "specsweep" / "data" / "make_tiny_model.py"
             built = subprocess.run([args.python, str(script), str(tmp / "model")], capture_output=True, text=True,
@@ -137,7 +236,8 @@ def main() -> int:
                 entry["configurations"].append(run_configuration(folder, study_file, name))
             entry["held"] = entry["doctor_exit"] == 0 and all(held(c) for c in entry["configurations"])
             report["backends"][backend] = entry
-    report["held"] = bool(found) and all(b["held"] for b in report["backends"].values())
+    report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    report["held"] = report["llama_server"]["held"] and all(b["held"] for b in report["backends"].values())
     text = json.dumps(report, indent=1, default=str)
     args.out.write_text(text + "\n")
     print(text)

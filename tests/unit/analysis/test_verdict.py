@@ -155,7 +155,8 @@ def test_racing_stops_at_its_most_launches_and_never_resumes_a_stopped_configura
     draws = {(128, 0): [100.0, 110.0, 95.0, 104.0], (128, 4): [108.0, 97.0, 103.0, 96.0]}
     config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 3}}}
     names, cells = race.contenders(config, frame_of(draws, dict.fromkeys(draws, 2)), 2)
-    assert names == ["tp1-b0-ctx128", "tp1-b4-ctx128"] and cells == ["tp 1 context 128 section short load c1: undecided 0 4"]
+    assert names == ["tp1-b0-ctx128", "tp1-b4-ctx128"]
+    assert cells == ["tp 1 context 128 section short load c1: undecided 0 4"]
     assert race.contenders(config, frame_of(draws, dict.fromkeys(draws, 3)), 3) == ([], [])
     # A configuration with fewer launches than the round (it stopped earlier) is not raced again.
     taken = {(128, 0): 2, (128, 4): 3}

@@ -222,7 +222,8 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     report.write_all(cfg, frame, runs_dir=folder / "results" / "runs", failures_dir=folder / "results" / "failures",
                      best_csv=folder / "results" / "best.csv", front=tmp_path / "front.rst",
                      failures_html=tmp_path / "f.html", pages_dir=tmp_path / "pages",
-                     tables_html=(tmp_path / "s.html", tmp_path / "b.html"), study_yaml="", study_html=tmp_path / "y.html")
+                     tables_html=(tmp_path / "s.html", tmp_path / "b.html"), study_yaml="",
+                     study_html=tmp_path / "y.html")
     assert "miss the noise between launches" in (tmp_path / "front.rst").read_text()
     answer = report.terminal_answer(folder / "results" / "summary.csv", folder / "results" / "best.csv")
     assert any(line.split()[:4] == ["1", "64", "short", "c1"] for line in answer.splitlines()), answer

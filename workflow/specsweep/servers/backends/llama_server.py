@@ -11,10 +11,12 @@ slot context; ``/metrics`` (with --metrics) has ``llamacpp:*`` counters.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -181,16 +183,29 @@ def check_cpu(manifest: dict) -> None:
                              f"in the profile's slurm_extra, e.g. --constraint)")
 
 
-def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
-    """The cached llama-server for this llama-cpp-python version, built if needed."""
+def cuda_flags(arch: str | None) -> tuple[str, ...]:
+    """The CMake flags of a CUDA build for one architecture ("90" for Hopper), none for the CPU."""
+    return ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}") if arch else ()
+
+
+def provision_server(version: str, sha256: str, *, log_path: Path, source: Path | None = None,
+                     cuda_arch: str | None = None) -> dict:
+    """The cached llama-server for this llama-cpp-python version, built if needed.
+
+    ``source``: a local copy of the source instead of the package index (a machine without one):
+    the pinned sdist itself, or the smaller source archive ``source_archive`` cut from it, checked
+    against the manifest beside it. ``cuda_arch``: build with CUDA for that architecture.
+    """
+    flags = (*CMAKE_FLAGS, *cuda_flags(cuda_arch))
 
     def build(staging: Path, final: Path) -> dict:
         require_tools()
         with tempfile.TemporaryDirectory(prefix="specsweep-build-", dir=cache_dir()) as tmp:
             tmp = Path(tmp)
-            sdist = pip_download(f"llama-cpp-python=={version}", tmp / "dl", sha256=sha256, sdist=True)
-            source = _extract_llama_cpp(sdist, tmp / "src")
-            seconds = _build(source, tmp / "build", log_path)
+            sdist = (local_source(source, version, sha256) if source else
+                     pip_download(f"llama-cpp-python=={version}", tmp / "dl", sha256=sha256, sdist=True))
+            tree = _extract_llama_cpp(sdist, tmp / "src")
+            seconds = _build(tree, tmp / "build", log_path, flags)
             binary = staging / "bin" / SERVER_TARGET
             binary.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tmp / "build" / "bin" / SERVER_TARGET, binary)
@@ -198,19 +213,91 @@ def provision_server(version: str, sha256: str, *, log_path: Path) -> dict:
         return {
             "binary": str(final / "bin" / SERVER_TARGET), "binary_sha256": sha256_file(binary),
             "source": f"llama-cpp-python=={version}", "source_sha256": sha256,
-            "cmake_flags": list(CMAKE_FLAGS), "build_seconds": round(seconds, 1), "built_at": utc_now(),
+            "source_file": str(source) if source else None, "cuda_arch": cuda_arch,
+            "cmake_flags": list(flags), "build_seconds": round(seconds, 1), "built_at": utc_now(),
             "machine": platform.machine(),
             "cpu_target": ("x86-64 with SSE4.2, AVX, AVX2, BMI2, FMA, F16C (GGML_NATIVE=OFF)" if x86
                            else "generic (GGML_NATIVE=OFF)"),
             "requires_cpu_flags": list(X86_REQUIRED_FLAGS) if x86 else [],
         }
 
-    flags_key = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:8]
+    # The key is the pinned source and the flags: a binary built from the local copy of the same
+    # source with the same flags is the same binary.
+    flags_key = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:8]
     return cached(cache_dir() / "llama-server" / f"{version}-{sha256[:12]}-{flags_key}", "binary", build)
 
 
+# --- the source on a machine without the package index (the GPU machine) ------------------------
+# The pinned sdist is 76.6 MB, more than travels to such a machine (64 MiB); what the server's
+# build and gguf-py need of it is a few MB: llama.cpp less its models (vocabulary GGUFs for
+# llama.cpp's own tests), docs, benches, media and tests. The archive is cut from the verified
+# sdist, and the manifest beside it names both SHA-256s.
+
+SOURCE_LEFT_OUT = ("models", "docs", "benches", "media", "tests", ".git", ".github", ".devops")
+
+
+def source_archive(version: str, sha256: str, out: Path, *, sdist: Path | None = None) -> dict:
+    """Cut the build's source from the pinned sdist (downloaded, or a local copy checked against
+    the pin) into ``out`` (.tar.xz), with ``out``.json naming both hashes; return that manifest."""
+    with tempfile.TemporaryDirectory(prefix="specsweep-source-") as tmp:
+        if sdist is None:
+            sdist = pip_download(f"llama-cpp-python=={version}", Path(tmp), sha256=sha256, sdist=True)
+        elif sha256_file(sdist) != sha256:
+            raise ProvisionError(f"{sdist} is not the pinned llama-cpp-python {version} sdist (SHA-256 differs)")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(sdist) as src, tarfile.open(out, "w:xz", preset=6) as dst:
+            for member in src.getmembers():
+                parts = member.name.split("/")
+                inside = parts[1:3] == ["vendor", "llama.cpp"]
+                if inside and (len(parts) < 4 or parts[3] not in SOURCE_LEFT_OUT):
+                    dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    manifest = {"archive": out.name, "archive_sha256": sha256_file(out), "bytes": out.stat().st_size,
+                "cut_from": f"llama-cpp-python=={version}", "sdist_sha256": sha256,
+                "left_out": [f"vendor/llama.cpp/{p}" for p in SOURCE_LEFT_OUT]}
+    Path(f"{out}.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def local_source(path: Path, version: str, sha256: str) -> Path:
+    """A local source file the build may use: the pinned sdist, or an archive cut from it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProvisionError(f"{path}: no such source file; make one with: specsweep provision llama-source")
+    actual = sha256_file(path)
+    if actual == sha256:
+        return path
+    try:
+        manifest = json.loads(Path(f"{path}.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ProvisionError(f"{path} is not the pinned sdist and has no readable manifest {path}.json ({exc}); "
+                             f"make it again with: specsweep provision llama-source") from exc
+    if manifest.get("sdist_sha256") != sha256 or manifest.get("archive_sha256") != actual:
+        raise ProvisionError(f"{path} was not cut from llama-cpp-python {version} as pinned ({sha256[:12]}), or "
+                             f"changed since; make it again with: specsweep provision llama-source")
+    return path
+
+
+def provision_tiny_gguf(source: Path, out: Path, *, python: str = sys.executable) -> dict:
+    """A tiny random-weight Llama GGUF (data/make_tiny_gguf.py), written by llama.cpp's own gguf-py
+    from a source archive: no hub, no torch."""
+    with tempfile.TemporaryDirectory(prefix="specsweep-gguf-py-") as tmp:
+        with tarfile.open(source) as tar:
+            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/gguf-py/" in m.name]
+            if not members:
+                raise ProvisionError(f"{source} holds no vendor/llama.cpp/gguf-py")
+            tar.extractall(tmp, members=members, filter="data")
+        gguf_py = next(Path(tmp).glob("*/vendor/llama.cpp/gguf-py"))
+        script = Path(__file__).resolve().parents[2] / "data" / "make_tiny_gguf.py"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        made = subprocess.run([python, str(script), str(out)], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(gguf_py)})
+    if made.returncode != 0:
+        raise ProvisionError(f"making the tiny GGUF failed: {made.stderr.strip()[-500:]}")
+    return {"model": str(out), "model_sha256": sha256_file(out), "made": made.stdout.strip()}
+
+
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
-    """Unpack only vendor/llama.cpp from the sdist."""
+    """Unpack only vendor/llama.cpp from the sdist (or a source archive cut from it)."""
     progress(f"unpacking llama.cpp from {sdist.name}")
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
@@ -223,14 +310,14 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     return roots[0]
 
 
-def _build(source: Path, build: Path, log_path: Path) -> float:
+def _build(source: Path, build: Path, log_path: Path, flags: tuple[str, ...] = CMAKE_FLAGS) -> float:
     """cmake configure + build of the server target only; full output to the log."""
     t0 = time.monotonic()
     jobs = str(os.cpu_count() or 1)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         progress(f"configuring llama.cpp (log: {log_path})")
-        run_logged(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], log, "cmake configure")
+        run_logged(["cmake", "-S", str(source), "-B", str(build), *flags], log, "cmake configure")
         progress(f"building {SERVER_TARGET} with {jobs} jobs; this takes several minutes on 2 cores")
         run_logged(["cmake", "--build", str(build), "--target", SERVER_TARGET, "-j", jobs], log, "cmake build")
     seconds = time.monotonic() - t0

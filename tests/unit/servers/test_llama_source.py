@@ -1,0 +1,68 @@
+"""The llama.cpp source for a machine without the package index: cut from the pinned sdist,
+checked against it, and refused when it is not what the pin says."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from specsweep.errors import ProvisionError
+from specsweep.servers.backends import llama_server
+
+FILES = {"vendor/llama.cpp/CMakeLists.txt": "project(llama)", "vendor/llama.cpp/ggml/src/ggml.c": "int x;",
+         "vendor/llama.cpp/gguf-py/gguf/__init__.py": "", "vendor/llama.cpp/models/ggml-vocab.gguf": "x" * 5000,
+         "vendor/llama.cpp/docs/build.md": "docs", "vendor/llama.cpp/tests/test.cpp": "t", "pyproject.toml": "[x]"}
+
+
+def fake_sdist(folder: Path) -> tuple[Path, str]:
+    """An sdist laid out as llama-cpp-python's: llama_cpp_python-V/vendor/llama.cpp/..."""
+    path = folder / "llama_cpp_python-0.0.1.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in FILES.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"llama_cpp_python-0.0.1/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
+    sdist, pin = fake_sdist(tmp_path)
+    out = tmp_path / "carry" / "llama-source.tar.xz"
+    manifest = llama_server.source_archive("0.0.1", pin, out, sdist=sdist)
+    with tarfile.open(out) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    assert names == {"vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
+                     "vendor/llama.cpp/gguf-py/gguf/__init__.py"}
+    assert manifest == json.loads(Path(f"{out}.json").read_text())
+    assert manifest["sdist_sha256"] == pin and manifest["archive_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert llama_server.local_source(out, "0.0.1", pin) == out
+    assert llama_server.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
+
+
+def test_a_source_not_cut_from_the_pin_or_changed_since_is_refused(tmp_path):
+    sdist, pin = fake_sdist(tmp_path)
+    out = tmp_path / "llama-source.tar.xz"
+    with pytest.raises(ProvisionError, match="SHA-256 differs"):
+        llama_server.source_archive("0.0.1", "0" * 64, out, sdist=sdist)
+    llama_server.source_archive("0.0.1", pin, out, sdist=sdist)
+    with pytest.raises(ProvisionError, match="not cut from llama-cpp-python 0.0.1 as pinned"):
+        llama_server.local_source(out, "0.0.1", "f" * 64)
+    out.write_bytes(out.read_bytes() + b"tampered")
+    with pytest.raises(ProvisionError, match="or changed since"):
+        llama_server.local_source(out, "0.0.1", pin)
+    Path(f"{out}.json").unlink()
+    with pytest.raises(ProvisionError, match="no readable manifest"):
+        llama_server.local_source(out, "0.0.1", pin)
+    with pytest.raises(ProvisionError, match="no such source file"):
+        llama_server.local_source(tmp_path / "missing.tar.xz", "0.0.1", pin)
+
+
+def test_a_cuda_build_adds_its_flags_and_a_cache_key_of_its_own():
+    assert llama_server.cuda_flags(None) == ()
+    assert llama_server.cuda_flags("90") == ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90")

@@ -41,7 +41,7 @@ localrules:
 
 
 onstart:
-    archive_results()
+    copy_results_to_history()
 
 
 onsuccess:

@@ -23,30 +23,30 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def measure(doc: dict, folder: Path) -> Path:
-    from specsweep import study as config
+    from specsweep import study
     from specsweep.analysis import aggregate
 
-    study = config.validate_study(doc)
-    for spec in config.expand_grid(study):
+    cfg = study.validate_study(doc)
+    for spec in study.expand_grid(cfg):
         proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
                                "--out", str(folder / "runs" / f"{spec.name}.json"),
                                "--server-log", str(folder / f"{spec.name}.log"),
                                "--failures-dir", str(folder / "failures")], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr)
-    aggregate.write_summary(aggregate.summarize(study, folder / "runs", folder / "failures"), folder / "summary.csv")
+    aggregate.write_summary(aggregate.summarize(cfg, folder / "runs", folder / "failures"), folder / "summary.csv")
     return folder
 
 
 def main() -> None:
-    from specsweep import study as config
+    from specsweep import study
     from specsweep.analysis import compare
     from specsweep.servers.backends import llama_server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
-    pins = config.load_study(REPO / "config/config.yaml")["provision"]
+    pins = study.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
     doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
     doc["server"]["binary"], doc["model"]["path"] = binary, model

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOG = "import time\nend = time.time() + 300\nwhile time.time() < end:\n    pass\n"
 
 
-def study(binary: str, model: str, pinned: int | None = None) -> dict:
+def study_doc(binary: str, model: str, pinned: int | None = None) -> dict:
     doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0], "tp": [1], "context": [128]}
@@ -39,9 +39,9 @@ def study(binary: str, model: str, pinned: int | None = None) -> dict:
 
 
 def run_once(doc: dict, folder: Path) -> list[dict]:
-    from specsweep import study as config
+    from specsweep import study
 
-    spec = config.expand_grid(config.validate_study(doc))[0]
+    spec = study.expand_grid(study.validate_study(doc))[0]
     out = folder / "result.json"
     proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--out", str(out),
                            "--server-log", str(folder / "server.log"), "--failures-dir", str(folder / "failures"),
@@ -53,16 +53,16 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
 
 
 def main() -> None:
-    from specsweep import study as config
+    from specsweep import study
     from specsweep.servers.backends import llama_server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="runs on the quiet host")
     parser.add_argument("--loaded-runs", type=int, default=1, help="runs beside each hog (minutes each)")
     args = parser.parse_args()
-    pins = config.load_study(REPO / "config/config.yaml")["provision"]
+    pins = study.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
-    threshold = config.validate_study({})["guard"]["max_foreign_cores"]
+    threshold = study.validate_study({})["guard"]["max_foreign_cores"]
     cpus = sorted(os.sched_getaffinity(0))
     hosts = [("quiet", args.runs, None, None), ("hog", args.loaded_runs, None, set(cpus)),
              ("pinned", args.loaded_runs, cpus[0], {cpus[-1]})]
@@ -75,7 +75,7 @@ def main() -> None:
                 [sys.executable, "-c", HOG], preexec_fn=lambda c=hog_cpus: os.sched_setaffinity(0, c))
             try:
                 with tempfile.TemporaryDirectory() as tmp:
-                    sections = run_once(study(binary, model, server_cpu), Path(tmp))
+                    sections = run_once(study_doc(binary, model, server_cpu), Path(tmp))
             finally:
                 if hog:
                     hog.kill()

@@ -20,6 +20,13 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 DOUBLES = TESTS / "doubles"  # test doubles, one folder: the fault server, the SGLang stand-in, result factories
 DATA = TESTS / "data"  # fixtures kept as files (a results folder written by an older main)
+# The pages whose commands the README tests run: the README, then docs/ by topic.
+DOC_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def docs_text() -> str:
+    """The README and every page of docs/, in that order, as one text."""
+    return "\n".join(page.read_text() for page in DOC_PAGES)
 sys.path.insert(0, str(DOUBLES))
 
 from mutation import hits as mutation_hits  # noqa: E402

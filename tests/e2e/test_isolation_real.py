@@ -12,7 +12,7 @@ import pytest
 from conftest import finish, load, run_workflow, small_study
 from specsweep.errors import InvalidResponse
 from specsweep.measure import workload
-from specsweep.records import store as results
+from specsweep.records import store
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
 from specsweep.servers.process import ServerProcess
@@ -39,7 +39,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
     assert rc != 0, out
     name = "tp1-b0-ctx64"
     assert not (tmp_path / "results/runs" / f"{name}.json").exists()
-    record = results.latest_failure(tmp_path / "results/failures", name).to_json()
+    record = store.latest_failure(tmp_path / "results/failures", name).to_json()
     assert record["class"] == "noisy-host" and record["exit_code"] == 18 and record["transient"] is True
     assert "max_foreign_cores" in record["reason"] and "python" in record["reason"]
     assert "the server waited for a CPU" in record["reason"]  # contention, measured on its own threads
@@ -55,7 +55,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
 def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_it(embedded, tmp_path):
     """The guard judges contention, not activity: the hog ran a whole core all along, on the other one."""
     cpus = sorted(os.sched_getaffinity(0))
-    assert len(cpus) >= 2, "needs 2 CPUs: this suite's machines have them (README, Testing)"
+    assert len(cpus) >= 2, "needs 2 CPUs: this suite's machines have them (docs/development.md, Testing)"
     study = guard_study()
     study["server"] = {**study["server"], "threads": 1,
                        "command": ["taskset", "-c", str(cpus[0]), *study["server"]["command"]]}

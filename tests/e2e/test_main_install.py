@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, copy_checkout, small_study
+from conftest import REPO, copy_checkout, docs_text, small_study
 
 pytestmark = pytest.mark.e2e
-README = (REPO / "README.md").read_text()
+README = docs_text()  # the README and docs/
 
 
 def blocks() -> list[str]:

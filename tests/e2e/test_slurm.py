@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, small_study
-from specsweep.records import store as results
+from specsweep.records import store
 
 pytestmark = pytest.mark.e2e
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -141,7 +141,7 @@ exec {embedded['binary']} "$@"
     assert rc != 0, out
     runs = tmp_path / "results/runs"
     assert sorted(p.name for p in runs.glob("*.json")) == ["tp1-b0-ctx64.json", "tp1-b2-ctx64.json"], out
-    record = results.latest_failure(tmp_path / "results/failures", "tp1-b4-ctx64").to_json()
+    record = store.latest_failure(tmp_path / "results/failures", "tp1-b4-ctx64").to_json()
     assert record["class"] == "server-start" and record["signature"] == "bad-arguments"
     first = {j: v for j, v in slurm_jobs().items() if j not in before}
     configs = {re.sub(r".*wildcards_", "", c): s for c, s in first.values() if "run_configuration" in c}

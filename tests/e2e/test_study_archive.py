@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NAME, PYTHON_BIN, REPO, fault_study, finish, load, run_cli, run_workflow, small_study
+from conftest import NAME, PYTHON_BIN, REPO, docs_text, fault_study, finish, load, run_cli, run_workflow, small_study
 from factories import result_doc
 from specsweep import study
 from specsweep.analysis import aggregate, archive
 from specsweep.errors import IncomparableResults
 from specsweep.measure import provenance
-from specsweep.records import store as results
+from specsweep.records import store
 from specsweep.records.result import InvalidResult, Result
 
 
@@ -76,7 +76,7 @@ def test_results_of_different_models_are_refused_by_aggregation(tmp_path):
     for spec in study.expand_grid(cfg):
         doc = result_doc(spec)
         doc["model"]["sha256"] = ("a" if spec.budget == 0 else "b") * 64
-        results.write_json_atomic(runs / f"{spec.name}.json", doc)
+        store.write_json_atomic(runs / f"{spec.name}.json", doc)
     with pytest.raises(IncomparableResults, match=r"model: 'a{64}' in tp1-b0-ctx128.json; 'b{64}' in tp1-b4-ctx128"):
         aggregate.check_comparable(cfg, runs)
     proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config-json", json.dumps(cfg),
@@ -143,7 +143,7 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "study.tar.gz").write_bytes((handed_over / "results" / "study.tar.gz").read_bytes())
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", docs_text(), re.DOTALL)
                  if b.startswith("tar xzf"))
     env = {**os.environ, "PATH": PYTHON_BIN + os.pathsep + os.environ["PATH"]}
     run = subprocess.run(["bash", "-euc", block], cwd=elsewhere, capture_output=True, text=True, env=env)
@@ -196,7 +196,7 @@ def test_a_truncated_archive_is_named_by_verify_and_compare_without_a_traceback(
 def test_an_inconsistent_folder_is_not_archived(tmp_path):
     cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1], "context": [128]}})
     spec = study.expand_grid(cfg)[0]
-    results.write_json_atomic(tmp_path / "results" / "runs" / f"{spec.name}.json", result_doc(spec))
+    store.write_json_atomic(tmp_path / "results" / "runs" / f"{spec.name}.json", result_doc(spec))
     problems = archive.check_consistent(cfg, tmp_path)
     assert problems == ["tp1-b4-ctx128: launch 1 neither measured nor excluded (run the main command, or exclude it)"]
     other = study.validate_study({**cfg, "workload": {"seed": 7}})

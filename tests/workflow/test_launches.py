@@ -122,3 +122,10 @@ def test_racing_adds_launches_only_where_undecided_and_never_redoes_one(tmp_path
     assert rc == 0, out
     assert (tmp_path / "starts").read_text() == starts == "8"
     assert json.loads((tmp_path / "results/race/round2.json").read_text()) == decision
+
+    # A raced launch deleted by hand is measured again by the same command, and nothing else.
+    (tmp_path / "results/runs/tp1-b4-ctx16/launch3.json").unlink()
+    rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
+    assert rc == 0, out
+    assert (tmp_path / "starts").read_text() == "9"
+    assert (tmp_path / "results/runs/tp1-b4-ctx16/launch3.json").is_file()

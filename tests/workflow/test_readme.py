@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_checkout
+from conftest import copy_checkout, docs_text
 
-README = (REPO / "README.md").read_text()
+README = docs_text()  # the README and docs/
 
 
 def code_blocks(lang: str) -> list[str]:

@@ -109,14 +109,14 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     from factories import result_doc
     from specsweep import study
     from specsweep.analysis import aggregate
-    from specsweep.records import store as results
+    from specsweep.records import store
 
     cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
                                 "exclude": [{"budget": 0, "reason": "left out"}]})
     _, b2, b4 = study.expand_grid(cfg)  # the excluded one first, without a result
     runs = tmp_path / "results/runs"
     for spec in (b2, b4):
-        results.write_json_atomic(runs / f"{spec.name}.json", result_doc(spec))
+        store.write_json_atomic(runs / f"{spec.name}.json", result_doc(spec))
     for name in ("summary.csv", "summary.png"):
         (tmp_path / "results" / name).write_text("made after the results")
     future = os.stat(runs / f"{b4.name}.json").st_mtime + 10

@@ -35,7 +35,7 @@ def test_ruff_clean():
 
 
 def test_imports_point_one_way():
-    """Each layer imports only the layers below it (README, Layout): no import circle can form."""
+    """Each layer imports only the layers below it (docs/development.md, Layout): no import circle can form."""
     import ast
 
     order = ["errors", "axes", "spec", "records", "servers", "study", "measure", "analysis", "cli", "__main__"]

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import aggregate, race
+from specsweep.analysis import aggregate, partial_reports, race
 from specsweep.measure import provenance
 from specsweep.records import paths
 from specsweep.study import grid, prompt_sets
@@ -219,63 +219,21 @@ def get_plot_facets(wildcards):
     )
 
 
-def archive_results():
+def copy_results_to_history():
     """Keep every measured result before any job may delete it for a rerun (onstart)."""
-    from specsweep.records.store import archive_runs
+    from specsweep.records.store import copy_to_history
 
-    archive_runs(paths.RUNS, paths.HISTORY)
-
-
-PARTIAL_CSV = str(paths.PARTIAL_CSV)
-PARTIAL_PNG = str(paths.PARTIAL_PNG)
-FAILED_CSV = str(paths.FAILED_CSV)
+    copy_to_history(paths.RUNS, paths.HISTORY)
 
 
 def report_failed_run():
-    """After a failed run: a summary of what did succeed, and the table of what did not.
-
-    Called from onerror, because Snakemake skips the aggregate rules once a benchmark job
-    fails. It writes beside, never over, the rules' outputs: a results/summary.png made here
-    would look up to date and stop the next run from retrying the failed configurations.
-    """
-    from specsweep.analysis.plot import Facets, plot_summary
-
-    try:
-        frame = aggregate.summarize(config, paths.RUNS, paths.FAILURES)
-        aggregate.write_summary(frame, PARTIAL_CSV, FAILED_CSV)
-        plot_summary(
-            frame,
-            Path(PARTIAL_PNG),
-            title=get_plot_title(None) + " (partial)",
-            facets=Facets.of(frame, **config["plot"]),
-        )
-    except Exception as exc:  # never hide the original failure behind a reporting error
-        print(f"specsweep: could not build the partial summary: {exc}", file=sys.stderr)
-        return
-    table = aggregate.failure_report(frame, paths.FAILURES)
-    print(
-        "\n"
-        + (
-            table
-            or "No configuration failed; the step named above did (its log is under logs/): "
-            "fix its cause and run the same command again."
-        )
-        + f"\nPartial summary with the failures marked: {PARTIAL_PNG}, {PARTIAL_CSV}; "
-        f"failed configurations: {FAILED_CSV}; records: results/failures/<name>/.\n"
-        "The same command runs only the configurations without a result.",
-        file=sys.stderr,
-    )
+    """After a failed run: the partial summary and the failure table (analysis/partial_reports.py)."""
+    print(partial_reports.report_failed_run(config, get_plot_title(None)), file=sys.stderr)
 
 
 def clean_partial_reports():
-    """Once every configuration has a valid result or is excluded, drop the partial reports."""
-    frame = aggregate.summarize(config, paths.RUNS, paths.FAILURES)
-    if all(frame["status"].isin([aggregate.OK, aggregate.EXCLUDED])):
-        for path in (PARTIAL_CSV, PARTIAL_PNG, FAILED_CSV):
-            Path(path).unlink(missing_ok=True)
-        partial = Path(PARTIAL_PNG).parent
-        if partial.is_dir() and not any(partial.iterdir()):
-            partial.rmdir()
+    """Once nothing is missing, the partial reports go (analysis/partial_reports.py)."""
+    partial_reports.clean(config)
 
 
 def print_answer():

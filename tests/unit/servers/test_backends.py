@@ -18,30 +18,29 @@ import pytest
 import yaml
 
 from conftest import REPO, SGLANG_STANDIN, load
-from specsweep import study as config
+from specsweep import study
 from specsweep.analysis import aggregate
 from specsweep.errors import ConfigError, Excluded, InvalidResponse
-from specsweep.measure import client, runner
-from specsweep.measure import leases as devices
+from specsweep.measure import client, leases, runner
 from specsweep.servers import backends, launch, probes
 
 STANDIN = SGLANG_STANDIN
 SGLANG_WHEEL = "sglang==0.5.23"
 
 
-def spec_of(study: dict, name: str) -> config.RunSpec:
-    return config.find_spec(config.validate_study(study), name)
+def spec_of(doc: dict, name: str) -> study.RunSpec:
+    return study.find_spec(study.validate_study(doc), name)
 
 
 # --- golden launch commands ---------------------------------------------------------------------
 
 def test_golden_argv_of_every_backend_default():
     def argv(backend: str, model: str) -> list[str]:
-        study = {"backend": backend, "model": {"path": model}, "server": {"binary": "PY"},
+        doc = {"backend": backend, "model": {"path": model}, "server": {"binary": "PY"},
                  "grid": {"budget": [0, 4], "tp": [1, 2], "context": [128]}}
         if backend == "llama-server":  # its default has no {tp}: one tp only
-            study["grid"]["tp"] = [2]
-        return launch.server_argv(spec_of(study, "tp2-b4-ctx128"), 8000, scratch="/s")
+            doc["grid"]["tp"] = [2]
+        return launch.server_argv(spec_of(doc, "tp2-b4-ctx128"), 8000, scratch="/s")
 
     assert argv("llama-server", "/m.gguf") == [
         "PY", "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "8000", "-c", "404", "-np", "1", "-t", "2",
@@ -59,25 +58,25 @@ def test_golden_argv_of_every_backend_default():
 
 
 def test_golden_argv_and_env_of_the_example_studies():
-    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    spec = config.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
+    ddtree = study.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    spec = study.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
     assert launch.server_argv(spec, 8000, scratch="/s", side_port=8001) == [
         "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
         "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000", "--nccl-port", "8001",
         "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
     assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
-    narrow = config.find_spec(ddtree, "tp2-b15-ctx25000-topk4")  # the fourth axis, through server.env
+    narrow = study.find_spec(ddtree, "tp2-b15-ctx25000-topk4")  # the fourth axis, through server.env
     assert launch.server_env(narrow, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "4"}
     assert launch.server_argv(narrow, 8000, scratch="/s") == launch.server_argv(spec, 8000, scratch="/s")
-    assert len(config.expand_grid(ddtree)) == 7 * 2 * 2
+    assert len(study.expand_grid(ddtree)) == 7 * 2 * 2
     assert spec.gpu and spec.backend == "sglang" and spec.context + 2048 <= spec.context_limit
     assert [s.output_tokens for s in spec.sections] == [256, 1024, 2048]
     assert sorted(ddtree["grid"]["budget"]) == [0, 8, 12, 15, 16, 32, 64] and ddtree["grid"]["tp"] == [1, 2]
-    baseline = config.find_spec(ddtree, "tp1-b0-ctx25000-topk4")
+    baseline = study.find_spec(ddtree, "tp1-b0-ctx25000-topk4")
     assert "--speculative-algorithm" not in launch.server_argv(baseline, 8000)
 
-    eagle = config.find_spec(config.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
+    eagle = study.find_spec(study.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
     assert launch.server_argv(eagle, 8000) == [
         "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-8B",
         "--tensor-parallel-size", "2", "--max-model-len", "4116", "--host", "127.0.0.1", "--port", "8000",
@@ -85,7 +84,7 @@ def test_golden_argv_and_env_of_the_example_studies():
         '{"method": "eagle3", "model": "/models/Qwen3-8B-EAGLE3", "num_speculative_tokens": 4}']
     assert json.loads(launch.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
 
-    cpu = config.find_spec(config.load_study(REPO / "config" / "vllm-cpu.yaml"), "tp1-b4-ctx128")
+    cpu = study.find_spec(study.load_study(REPO / "config" / "vllm-cpu.yaml"), "tp1-b4-ctx128")
     resolved = cpu.resolved(binary="/venv/bin/python", model_path="/cache/tiny")
     assert launch.server_argv(resolved, 8000, scratch="/s")[:4] == [
         "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
@@ -93,24 +92,24 @@ def test_golden_argv_and_env_of_the_example_studies():
 
 
 def test_the_plan_shows_the_command_each_job_launches():
-    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    shown = config.shown_command(config.find_spec(ddtree, "tp1-b32-ctx25000-topk8"))
+    ddtree = study.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    shown = study.shown_command(study.find_spec(ddtree, "tp1-b32-ctx25000-topk8"))
     assert shown.startswith("SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server")
     assert "--port '<port>'" in shown and "--speculative-ddtree-budget 32" in shown
 
 
 def test_embedded_is_provisioned_only_for_what_the_study_leaves_to_the_pipeline():
-    sharegpt = {"prompts": "results/provision/prompts-sharegpt.json"}  # the prompt set, unless the study brings its own
-    assert config.provisioned(config.validate_study({})) == {
+    sharegpt = {"prompts": "results/provision/prompts-sharegpt.json"}  # the prompt set, unless the doc brings its own
+    assert study.provisioned(study.validate_study({})) == {
         "binary": "results/provision/llama-server.json", "model": "results/provision/model.json", **sharegpt}
-    assert config.provisioned(config.load_study(REPO / "config" / "vllm-cpu.yaml")) == {
+    assert study.provisioned(study.load_study(REPO / "config" / "vllm-cpu.yaml")) == {
         "binary": "results/provision/vllm.json", "model": "results/provision/tiny-model.json", **sharegpt}
-    assert config.provisioned(config.load_study(REPO / "config" / "sglang-ddtree.yaml")) == sharegpt
-    own = config.validate_study({"server": {"binary": "/usr/bin/llama-server"}, "model": {"path": "/m.gguf"},
+    assert study.provisioned(study.load_study(REPO / "config" / "sglang-ddtree.yaml")) == sharegpt
+    own = study.validate_study({"server": {"binary": "/usr/bin/llama-server"}, "model": {"path": "/m.gguf"},
                                  "workload": {"prompt_set": "humaneval"}})
-    assert config.provisioned(own) == {"prompts": "results/provision/prompts-humaneval.json"}
+    assert study.provisioned(own) == {"prompts": "results/provision/prompts-humaneval.json"}
     with pytest.raises(ConfigError, match="sglang has no embedded"):
-        config.validate_study({"backend": "sglang"})
+        study.validate_study({"backend": "sglang"})
 
 
 def test_model_paths_each_backend_accepts(tmp_path):
@@ -120,9 +119,9 @@ def test_model_paths_each_backend_accepts(tmp_path):
     vllm = spec_of({"backend": "vllm", "model": {"path": str(folder)}, "server": {"binary": "python3"}},
                    "tp1-b0-ctx128")
     runner.check_model_path(vllm)  # a folder
-    runner.check_model_path(config.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
+    runner.check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
     with pytest.raises(ConfigError, match="does not exist"):
-        runner.check_model_path(config.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
+        runner.check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
     llama = spec_of({"model": {"path": str(folder)}, "server": {"binary": "x"}}, "tp1-b0-ctx128")
     with pytest.raises(ConfigError, match="serves one GGUF file"):
         runner.check_model_path(llama)
@@ -136,8 +135,8 @@ def test_model_paths_each_backend_accepts(tmp_path):
 # --- exclusions by architecture -----------------------------------------------------------------
 
 def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
-    ddtree = config.load_study(REPO / "config" / "sglang-ddtree.yaml")
-    b8, b15 = config.find_spec(ddtree, "tp1-b8-ctx25000-topk4"), config.find_spec(ddtree, "tp1-b15-ctx25000-topk4")
+    ddtree = study.load_study(REPO / "config" / "sglang-ddtree.yaml")
+    b8, b15 = study.find_spec(ddtree, "tp1-b8-ctx25000-topk4"), study.find_spec(ddtree, "tp1-b15-ctx25000-topk4")
     on = lambda cc: {**ddtree, "hardware": {"compute_capability": cc}}  # noqa: E731
     assert "illegal instruction" in aggregate.exclusion_reason(on("12.0"), b8)
     assert aggregate.exclusion_reason(on("12.0"), b15) is None
@@ -145,32 +144,32 @@ def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
     assert b8.excluded_on and b8.excluded_on[0][0] == ("12.0",) and b15.excluded_on == ()
     # The job itself refuses such GPUs when the plan was made elsewhere (a login node).
     with pytest.raises(Excluded, match="compute capability 12.0"):
-        devices.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
-    devices.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
-    assert config.RunSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
+        leases.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
+    leases.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
+    assert study.RunSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
 
 
 def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
     from specsweep.errors import ServerDied
     from specsweep.records.store import failure_record, write_failure
 
-    study = config.validate_study({"server": {"binary": "x", "gpu": True}, "model": {"path": "/m"},
+    doc = study.validate_study({"server": {"binary": "x", "gpu": True}, "model": {"path": "/m"},
                                    "grid": {"budget": [0, 8], "tp": [1], "context": [128]}})
-    b8 = config.find_spec(study, "tp1-b8-ctx128")
+    b8 = study.find_spec(doc, "tp1-b8-ctx128")
     error = ServerDied("server died in section short", signature="cuda-illegal-instruction",
                        evidence=["RuntimeError: CUDA error: an illegal instruction was encountered"])
     record = failure_record(name=b8.name, spec=json.loads(b8.to_json()), error=error, started_at="t",
                             attempt=1, server_log=None, log_tail="", compute_capability="12.0")
     write_failure(tmp_path / "failures", record)
-    report = aggregate.failure_report(aggregate.summarize(study, tmp_path / "runs", tmp_path / "failures"),
+    report = aggregate.failure_report(aggregate.summarize(doc, tmp_path / "runs", tmp_path / "failures"),
                                       tmp_path / "failures")
     line = report.splitlines()[-1].strip()
     rule = yaml.safe_load(line)[0]
     assert rule == {"tp": 1, "budget": 8, "context": 128, "compute_capability": "12.0",
                     "reason": "cuda-illegal-instruction: RuntimeError: CUDA error: an illegal instruction was "
                               "encountered"}
-    pasted = config.validate_study({**study, "exclude": [rule], "hardware": {"compute_capability": "12.0"}})
-    excluded = [s.name for s in config.expand_grid(pasted) if aggregate.exclusion_reason(pasted, s)]
+    pasted = study.validate_study({**doc, "exclude": [rule], "hardware": {"compute_capability": "12.0"}})
+    excluded = [s.name for s in study.expand_grid(pasted) if aggregate.exclusion_reason(pasted, s)]
     assert excluded == ["tp1-b8-ctx128"]
 
 
@@ -305,7 +304,7 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"stand-in": true}')
-    study = {
+    doc = {
         "backend": "sglang",
         "model": {"name": "stand-in", "path": str(model), "context_limit": 4096},
         "server": {"binary": sys.executable,
@@ -319,17 +318,17 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": [
             {"name": "short", "output_tokens": 16, "requests": 2},
             {"name": "long", "output_tokens": 48, "requests": 1}]},
-        # These tests are about the wire format; the quiet-host guard is tested in test_isolation*.
+        # These tests are about the wire format; the guard has tests of its own (test_quiet_host.py).
         "guard": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
     }
     path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study))
+    path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def run_name(tmp_path: Path, study: Path, name: str, gpus: str = "0,1,2") -> tuple[int, str]:
+def run_name(tmp_path: Path, doc: Path, name: str, gpus: str = "0,1,2") -> tuple[int, str]:
     env = {**os.environ, "SPECSWEEP_GPUS": gpus}
-    out = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", str(study), "--name", name,
+    out = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", str(doc), "--name", name,
                           "--out", str(tmp_path / "runs" / f"{name}.json"),
                           "--server-log", str(tmp_path / f"{name}.log"),
                           "--failures-dir", str(tmp_path / "failures")],
@@ -339,8 +338,8 @@ def run_name(tmp_path: Path, study: Path, name: str, gpus: str = "0,1,2") -> tup
 
 @pytest.mark.parametrize("spelling", ["new", "between", "old"])
 def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_path, spelling):
-    study = sglang_study(tmp_path, "--spelling", spelling)
-    code, err = run_name(tmp_path, study, "tp2-b4-ctx64")
+    doc = sglang_study(tmp_path, "--spelling", spelling)
+    code, err = run_name(tmp_path, doc, "tp2-b4-ctx64")
     assert code == 0, err
     doc = load(tmp_path / "runs" / "tp2-b4-ctx64.json")
     assert doc["server"]["backend"] == "sglang" and doc["server"]["version"] == "0.5.23"
@@ -369,8 +368,8 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
 
 
 def test_sglang_without_speculation_reports_no_acceptance(tmp_path):
-    study = sglang_study(tmp_path, tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    doc = sglang_study(tmp_path, tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 0, err
     for section in load(tmp_path / "runs" / "tp1-b0-ctx64.json")["sections"]:
         assert section["acceptance_length"] is None and section["draft_tokens"] == 0
@@ -381,8 +380,8 @@ def test_sglang_without_speculation_reports_no_acceptance(tmp_path):
     ("error-at-request:3", 14, "invalid-response", None),
 ])
 def test_sglang_faults_become_classified_failures(tmp_path, fault, code, klass, signature):
-    study = sglang_study(tmp_path, "--fault", fault, tp=(1,), budgets=(4,))
-    got, err = run_name(tmp_path, study, "tp1-b4-ctx64")
+    doc = sglang_study(tmp_path, "--fault", fault, tp=(1,), budgets=(4,))
+    got, err = run_name(tmp_path, doc, "tp1-b4-ctx64")
     assert got == code, err
     record = load(next((tmp_path / "failures" / "tp1-b4-ctx64").glob("*.json")))
     assert record["class"] == klass and record["signature"] == signature
@@ -390,21 +389,21 @@ def test_sglang_faults_become_classified_failures(tmp_path, fault, code, klass, 
 
 
 def test_a_server_context_smaller_than_the_grid_is_refused_before_measuring(tmp_path):
-    study = sglang_study(tmp_path, "--context-length", "40", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    doc = sglang_study(tmp_path, "--context-length", "40", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "reports a context of 40 tokens" in err
 
 
 def test_a_kv_pool_too_small_for_prompt_and_output_is_refused_before_it_clips_the_output(tmp_path):
     """SGLang's scheduler clips max_new_tokens to the pool without an error (init_req_max_new_tokens):
     the preflight names the pool instead of a later token shortfall."""
-    study = sglang_study(tmp_path, "--max-total-tokens", "100", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    doc = sglang_study(tmp_path, "--max-total-tokens", "100", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "KV cache holds 100 tokens (max_total_num_tokens), one request needs 112" in err, err
     assert "mem-fraction-static" in err and not (tmp_path / "runs" / "tp1-b0-ctx64.json").exists()
     # The longest input the scheduler takes, where it is below the grid's prompt length.
-    study = sglang_study(tmp_path, "--max-total-tokens", "60", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, study, "tp1-b0-ctx64")
+    doc = sglang_study(tmp_path, "--max-total-tokens", "60", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "inputs of at most 54 tokens (max_req_input_len), grid.context is 64" in err, err
 
 
@@ -446,7 +445,7 @@ def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provision
 def test_each_result_says_what_its_budget_meant_on_that_server(backend, args, budget, flag, drafts):
     from dataclasses import replace
 
-    spec = replace(config.expand_grid(config.validate_study({"backend": backend, "model": {"path": "/m"},
+    spec = replace(study.expand_grid(study.validate_study({"backend": backend, "model": {"path": "/m"},
                                                              "server": {"binary": "x"}}))[0],
                    budget=budget, speculative_args=tuple(args) if budget else ())
     meaning = backends.get(backend).budget_meaning(spec)
@@ -479,10 +478,10 @@ def test_sglang_with_dp_attention_opens_ports_derived_from_its_own():
 def test_sglang_on_several_nodes_is_refused_before_any_launch():
     from specsweep.study.loading import check_study
 
-    study = config.validate_study({"backend": "sglang", "model": {"path": "Qwen/Qwen3-8B"},
+    doc = study.validate_study({"backend": "sglang", "model": {"path": "Qwen/Qwen3-8B"},
                                    "server": {"gpu": True, "binary": "python3"}})
-    study["server"]["command"] = [*study["server"]["command"], "--nnodes", "2"]
+    doc["server"]["command"] = [*doc["server"]["command"], "--nnodes", "2"]
     with pytest.raises(ConfigError, match=r"--nnodes 2: a specsweep job leases the GPUs, ports and quiet host of "
                                           r"one machine"):
-        check_study(study)
+        check_study(doc)
     backends.get("sglang").check_launch(["--nnodes", "1"])  # one node: fine

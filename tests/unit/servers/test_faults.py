@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FAULT_SERVER, NAME, fault_study, run_cli, start_cli
 from specsweep.errors import InvalidResponse
-from specsweep.records import store as results
+from specsweep.records import store
 from specsweep.servers.probes import free_port
 from specsweep.study.grid import expand_grid
 
@@ -32,7 +32,7 @@ def assert_clean_failure(tmp_path: Path, rc: int, err: str, *, code: int, cls: s
     assert rc == code, err
     runs = tmp_path / "runs"
     assert not runs.exists() or not list(runs.iterdir())  # no result, no temp file
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record is not None, err
     assert record["class"] == cls and record["exit_code"] == code
     assert record["section"] == section
@@ -118,7 +118,7 @@ GRACEFUL = {"never-ready", "stop-at-startup", "metrics-gone-after-request", "sho
 def test_healthy_fault_server_gives_a_valid_result(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert [s["output_tokens"] for s in doc["sections"]] == [16, 16, 8]
     assert not (tmp_path / "failures").exists()
 
@@ -160,7 +160,7 @@ def test_a_second_signal_during_teardown_changes_nothing(tmp_path, model):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "interrupted" and "SIGINT" in record["reason"] and "SIGTERM" not in record["reason"]
     pid = server_pid(err)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -173,14 +173,14 @@ def test_a_server_with_an_api_key_is_asked_with_it_on_every_route(tmp_path, mode
     study["server"]["command"] += ["--api-key", "{api_key}"]
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert [s["counters"]["llamacpp:tokens_predicted_total"] for s in doc["sections"]] == [16, 16, 8]
 
 
 def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model, "no-metrics"))
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert all(s["counters"] == {} for s in doc["sections"])
 
 
@@ -229,7 +229,7 @@ def test_a_server_that_listens_from_a_child_of_the_launched_process_is_ours(tmp_
     study["server"]["command"] = ["{binary}", "-c", wrapper, *study["server"]["command"]]
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    assert results.load_result(tmp_path / "runs" / f"{NAME}.json")["sections"]
+    assert store.load_result(tmp_path / "runs" / f"{NAME}.json")["sections"]
 
 
 def test_port_already_served_is_never_benchmarked(tmp_path, model):
@@ -258,7 +258,7 @@ def test_unwritable_result_leaves_no_partial_file(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model))
     assert rc == 16, err
     assert (tmp_path / "runs").read_text() == "a file where the results folder should be"
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "result-write"
     pid = server_pid(err)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -298,11 +298,11 @@ def test_a_retry_after_a_record_that_does_not_say_transient_runs(tmp_path, model
     # A record as an older specsweep wrote it, without "transient": never taken for deterministic.
     study = fault_study(model)
     spec = json.loads(expand_grid(study)[0].to_json())
-    record = results.failure_record(name=NAME, spec=spec, error=InvalidResponse("server generated 7 tokens"),
+    record = store.failure_record(name=NAME, spec=spec, error=InvalidResponse("server generated 7 tokens"),
                                     started_at="t", attempt=1, server_log=None, log_tail="")
     doc = record.to_json()
     del doc["transient"]
-    results.write_json_atomic(tmp_path / "failures" / NAME / "2026-01-01T000000.000Z-attempt1.json", doc)
+    store.write_json_atomic(tmp_path / "failures" / NAME / "2026-01-01T000000.000Z-attempt1.json", doc)
     rc, err = run_cli(tmp_path, study, "--attempt", "2")
     assert rc == 0 and "not retried" not in err, err
 
@@ -336,7 +336,7 @@ def test_a_bug_still_leaves_a_record_and_a_nonzero_exit(tmp_path, model, monkeyp
     rc = cli.main(["run", "--spec", spec.to_json(), "--failures-dir", str(tmp_path / "failures"),
                    "--out", str(tmp_path / "runs" / f"{NAME}.json")])
     assert rc == 1
-    record = results.latest_failure(tmp_path / "failures", NAME).to_json()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "internal" and "KeyError" in record["reason"]
 
 

@@ -13,7 +13,7 @@ from factories import result_doc
 from specsweep import study
 from specsweep.errors import ConfigError, PromptReused
 from specsweep.measure import runner, workload
-from specsweep.records import store as results
+from specsweep.records import store
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import InvalidResult, Result
 from specsweep.study import prompt_sets
@@ -221,5 +221,5 @@ def test_results_of_the_gate_keep_their_records(tmp_path, model):
     """The records say which prompt each request sent, so the check can be redone from the file."""
     rc, err = run_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = results.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
     assert all(len(r["prompt_sha256"]) == 64 for s in doc["sections"] for r in s["records"])

@@ -106,6 +106,25 @@ def launches_planned(config: dict) -> int:
     return config["workload"].get("launches", 1)
 
 
+def launches_expected(config: dict, name: str, root: Path = Path(".")) -> int:
+    """The launches a configuration has had planned so far: workload.launches, plus one per
+    racing round whose decision (results/race/round<r>.json) gave it another."""
+    from specsweep.analysis import race  # it builds on this module
+
+    racing = config.get("verdict", {}).get("until_decided")
+    if not racing:
+        return launches_planned(config)
+    more = 0
+    for round_ in range(launches_planned(config), racing["max_launches"]):
+        try:
+            if name not in race.read_round(root / paths.race_round(round_)):
+                break
+        except (OSError, ValueError, KeyError):  # not decided yet, or a damaged record: made again
+            break
+        more += 1
+    return launches_planned(config) + more
+
+
 def most_launches(config: dict) -> int:
     """The most launches a configuration may have: racing's max_launches, else workload.launches."""
     racing = config.get("verdict", {}).get("until_decided")
@@ -335,7 +354,7 @@ def refuse_stale(config: dict, root: Path = Path(".")) -> list[str]:
         if exclusion_reason(config, spec) is not None:
             continue
         found = paths.launch_results(root / paths.RUNS, spec.name)
-        if any(k not in found for k in range(1, launches_planned(config) + 1)):
+        if any(k not in found for k in range(1, launches_expected(config, spec.name, root) + 1)):
             gone.append(spec.name)
             continue
         if made is not None and all(path.stat().st_mtime <= made for path in found.values()):

@@ -114,7 +114,7 @@ def _code() -> dict[str, bytes]:
     commit = provenance.git("rev-parse", "HEAD")
     if commit is None:  # not a git checkout: the files as they are
         return {f"code/{p.relative_to(src).as_posix()}": p.read_bytes()
-                for part in ("Snakefile", "pyproject.toml", "README.md", "workflow", "config", "profiles")
+                for part in ("Snakefile", "pyproject.toml", "README.md", "docs", "workflow", "config", "profiles")
                 for p in ([src / part] if (src / part).is_file() else sorted((src / part).rglob("*")))
                 if p.is_file() and "__pycache__" not in p.parts}
     tar_bytes = subprocess.run(["git", "archive", "--format=tar", commit], cwd=src, capture_output=True,

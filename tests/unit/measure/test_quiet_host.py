@@ -1,0 +1,170 @@
+"""The quiet-host guard: what the others took from the server (their CPU, the server's run-queue
+wait), what is never counted as foreign, the repeats' spread, foreign processes on our GPUs, the
+retry's pause and the figures every result keeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from conftest import NAME, fault_study, run_cli
+from specsweep.errors import NoisyHost
+from specsweep.measure import quiet_host
+from specsweep.records import store
+
+GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
+
+
+
+# --- the quiet-host guard -----------------------------------------------------------------------
+
+def test_foreign_cpu_counts_others_and_new_processes_only():
+    before = {1: (100.0, 5.0, "me"), 2: (100.0, 1.0, "server"), 3: (100.0, 2.0, "hog"), 4: (100.0, 9.0, "gone")}
+    after = {1: (100.0, 6.0, "me"), 2: (100.0, 3.0, "server"), 3: (100.0, 3.5, "hog"),
+             5: (150.0, 0.5, "newcomer"), 6: (50.0, 0.0, "idle")}
+    load = quiet_host.foreign_cpu(before, after, own={1, 2}, wall_s=2.0)
+    assert load["cpu_s"] == pytest.approx(2.0) and load["cores"] == pytest.approx(1.0)
+    assert [p["name"] for p in load["top"]] == ["hog", "newcomer"]
+    reused = quiet_host.foreign_cpu({7: (1.0, 50.0, "old")}, {7: (2.0, 0.25, "new")}, own=set(), wall_s=1.0)
+    assert reused["cpu_s"] == pytest.approx(0.25)  # a reused pid is a new process, not a negative delta
+
+
+def test_a_child_reaped_during_the_section_counts_only_its_time_inside_it():
+    # cc1plus had used 40 s before the section and 0.5 s inside it, then ended: make's children
+    # times jump by 40.5 s, of which only 0.5 s belong to the section.
+    before = {10: (100.0, 3.0, "make", 1), 11: (100.0, 40.0, "cc1plus", 10), 12: (100.0, 7.0, "orphan", 99)}
+    after = {10: (100.0, 43.5, "make", 1), 1: (1.0, 7.0 + 0.2, "init", 0)}
+    load = quiet_host.foreign_cpu(before, after, own=set(), wall_s=1.0)
+    assert load["cpu_s"] == pytest.approx(0.5 + 0.2)
+    assert [p["name"] for p in load["top"]] == ["make", "init"]
+
+
+def _load(cores: float, wall: float = 2.0, gpu=(), waited: float | None = None) -> dict:
+    """A section's figures: others used ``cores`` on the server's CPUs, the server waited ``waited`` (all of it)."""
+    waited = cores if waited is None else waited
+    return {"cpu_s": cores * wall, "cores": cores, "top": [{"pid": 9, "name": "hog", "cpu_s": cores * wall}],
+            "cores_on_server_cpus": cores, "server_wait_cores": waited, "contended_cores": min(cores, waited),
+            "gpu_processes": list(gpu)}
+
+
+def test_guard_fails_a_section_above_its_threshold_and_passes_one_below():
+    with pytest.raises(NoisyHost, match=r"0\.60 cores.*hog.*max_foreign_cores"):
+        quiet_host.check("section medium", _load(0.6), GUARD, [100.0, 101.0], closed_loop=True)
+    quiet_host.check("section medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
+    # Below the clock-tick floor a figure is resolution, not load: 0.04 CPU-s in a 40 ms section.
+    quiet_host.check("section short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
+
+
+def test_others_busy_while_the_server_never_waited_is_no_contention():
+    """A 64-core host: daemons used 0.6 cores, the server found a CPU every time it was runnable."""
+    quiet_host.check("section medium", _load(0.6, waited=0.01), GUARD, [100.0, 101.0], closed_loop=True)
+    with pytest.raises(NoisyHost, match=r"took 0\.40 cores from the server \(the server waited for a CPU 0\.40"):
+        quiet_host.check("section medium", _load(0.6, waited=0.4), GUARD, [100.0, 101.0], closed_loop=True)
+
+
+def test_contention_is_the_smaller_of_the_servers_waiting_and_the_others_load_on_its_cpus():
+    load = {"cores_on_server_cpus": 0.9}
+    found = quiet_host.contention(load, (3.0, 1.0), {0, 1}, own_cores=1.8, wall_s=2.0)
+    assert found == {"method": "schedstat", "server_wait_cores": 0.5, "server_wait_share": 0.25,
+                     "contended_cores": 0.5}
+    assert quiet_host.contention({"cores_on_server_cpus": 0.1}, (3.0, 1.0), {0, 1}, 1.8, 2.0)["contended_cores"] == 0.1
+    # Without schedstat: the others' load beyond what the server and the harness left idle.
+    idle = quiet_host.contention({"cores_on_server_cpus": 0.9}, None, {0, 1}, own_cores=1.5, wall_s=2.0)
+    assert idle["method"] == "idle-cores" and idle["contended_cores"] == pytest.approx(0.4)
+    assert quiet_host.contention({"cores_on_server_cpus": 3.0}, None, set(range(64)), 2.0, 2.0)["contended_cores"] == 0
+
+
+def test_a_process_pinned_to_other_cpus_takes_nothing_from_the_server():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("needs 2 CPUs: this suite's machines have them (docs/development.md, Testing)")
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpus[1]}))
+    try:
+        used = [{"pid": pinned.pid, "cpu_s": 1.0}, {"pid": os.getpid(), "cpu_s": 0.5}]
+        assert quiet_host.on_cpus(used, {cpus[0]}) == pytest.approx(0.5)  # ours may run there, the pinned one not
+        assert quiet_host.on_cpus(used, {cpus[1]}) == pytest.approx(1.5)
+        assert quiet_host.on_cpus(used, None) == pytest.approx(1.5)  # the server's CPUs unknown: all count
+    finally:
+        pinned.kill()
+        pinned.wait()
+
+
+def test_the_servers_waiting_is_read_from_the_kernels_per_thread_schedstat():
+    before = quiet_host.schedstat({os.getpid()})
+    assert before, "Linux keeps /proc/<pid>/task/<tid>/schedstat"
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+    ran, waited = quiet_host.waited_s(before, quiet_host.schedstat({os.getpid()}))
+    assert 0.15 < ran < 1.0 and waited >= 0
+    assert quiet_host.waited_s(None, before) is None
+
+
+def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
+    # A job queued for devices is `python -m specsweep run ...`; this one only looks like one.
+    queued = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "specsweep", "run"])
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "specsweep"])
+    try:
+        time.sleep(0.3)
+        found = quiet_host.ours(os.getpid())
+        assert os.getppid() in found  # what started this process (Snakemake, for a job)
+        assert queued.pid in found and stranger.pid not in found
+    finally:
+        for proc in (queued, stranger):
+            proc.kill()
+            proc.wait()
+
+
+def test_guard_catches_closed_loop_repeats_that_disagree():
+    with pytest.raises(NoisyHost, match="spread of 86%"):
+        quiet_host.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=True)
+    quiet_host.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=False)  # open loop: arrivals differ
+    quiet_host.check("section long", _load(0.0), GUARD, [100.0, 80.0], closed_loop=True)
+
+
+def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
+    """NVML mocked at its boundary: one process of ours, one stranger, one pid from another namespace."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        procs = [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=1),
+                 types.SimpleNamespace(pid=stranger.pid, usedGpuMemory=2),
+                 types.SimpleNamespace(pid=4_000_000, usedGpuMemory=3)]
+        fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: i,
+                                     nvmlDeviceGetComputeRunningProcesses=lambda h: procs if h == 1 else [])
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        found = quiet_host.gpu_foreign(("1",), own={os.getpid()})
+        assert [(p["pid"], p["visible"]) for p in found] == [(stranger.pid, True), (4_000_000, False)]
+        with pytest.raises(NoisyHost, match=f"pid {stranger.pid} on GPU 1"):
+            quiet_host.check("section short", _load(0.0, gpu=found), GUARD, [1.0], closed_loop=True)
+        quiet_host.check("section short", _load(0.0, gpu=found[1:]), GUARD, [1.0], closed_loop=True)  # unresolvable pid
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_noisy_host_retry_waits_before_it_launches(tmp_path, model):
+    folder = tmp_path / "failures" / NAME
+    folder.mkdir(parents=True)
+    (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps({"class": "noisy-host", "transient": True}))
+    t0 = time.monotonic()
+    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--guard", json.dumps({"retry_pause_s": 1.5}))
+    assert rc == 0, err
+    assert "found the host busy: waiting 1.5 s" in err and time.monotonic() - t0 >= 1.5
+
+
+def test_result_records_the_guard_figures(tmp_path, model):
+    rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01))
+    assert rc == 0, err
+    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    assert doc["isolation"]["devices"] == ["host"] and doc["isolation"]["guard"]["max_foreign_cores"] == 0.25
+    for section in doc["sections"]:
+        load = section["host_load"]
+        assert load["cores"] is not None and load["cores"] <= 0.25 and load["max_cores"] == 0.25
+        assert section["started_at"] < section["finished_at"]

@@ -1,0 +1,74 @@
+"""The policy around one attempt at a launch, apart from the measurement itself: whether a
+retry runs at all, how long it waits, which folder a hand run may write into, and the history
+copy of what it wrote.
+
+Snakemake retries a failed job (``retries``) with the attempt number; what a retry should do is
+decided here from the failure records, so that the CLI only wires it together.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from specsweep.errors import ConfigError, GpuThrottled, NoisyHost, SpecsweepError
+from specsweep.measure import quiet_host
+from specsweep.records import paths, store
+from specsweep.records.failure import Failure
+from specsweep.spec import RunSpec
+
+
+def deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
+    """The latest failure record, if it was deterministic and for this very spec (launch
+    included): a retry would only fail the same way, so it is not run."""
+    latest = store.latest_failure(failures_dir, spec.name)
+    if latest and not latest.transient and latest.spec == json.loads(spec.to_json()):
+        return latest
+    return None
+
+
+def settle_after_noisy_host(failures_dir: Path, spec: RunSpec, guard: quiet_host.Guard, say) -> None:
+    """A retry after a noisy-host (or gpu-throttled) failure gives the host time to quiet down
+    (or the GPU to cool) first."""
+    latest = store.latest_failure(failures_dir, spec.name)
+    if latest is not None and latest.failure_class in (NoisyHost.failure_class, GpuThrottled.failure_class):
+        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
+            terminal=True)
+        time.sleep(guard.retry_pause_s)
+
+
+def check_same_study(spec: RunSpec, runs_dir: Path) -> None:
+    """A hand run may not drop a result of one study into another study's results folder.
+
+    Aggregation would refuse it later (and measure that configuration again); refusing here
+    keeps the folder's own result and says what to run instead.
+    """
+    for path in sorted([*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]):
+        try:
+            other = store.read_result(path).spec.get("study")
+        except store.InvalidResult:
+            continue
+        if other != spec.study:
+            raise ConfigError(
+                f"{runs_dir} holds results of study {other!r} ({path.name}), and this run is of study "
+                f"{spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
+                f"(and --failures-dir, --server-log)")
+
+
+def keep_in_history(spec: RunSpec, out: Path, say) -> None:
+    """The history copy (results/history/) from the moment a result exists; a failure here never
+    costs the result."""
+    runs = paths.runs_of(out)
+    try:
+        store.copy_to_history(runs, paths.history_of(runs), only=out)
+    except (OSError, SpecsweepError) as exc:
+        say(spec, f"could not keep a copy in {paths.history_of(runs)}: {exc}")
+
+
+def write_failure(failures_dir: Path, record: Failure) -> Path | str:
+    """The failure record, best effort: the exit code still tells when it cannot be written."""
+    try:
+        return store.write_failure(failures_dir, record)
+    except SpecsweepError as exc:
+        return f"(not written: {exc.reason})"

@@ -7,10 +7,12 @@
 Each run is the README's main command (`snakemake --cores 1 results/summary.png`) in a fresh
 copy of this checkout (the built server, model and prompts come from the shared cache), one after
 another, nothing else running. For every pair of runs and every cell (tp, context, section, load)
-it counts a disagreement when one run's best budget (the one it names, or the highest where it
-is undecided) lies outside the other run's best set. It prints the share of agreeing pairs x
-cells (goal: at least 95% at 95% confidence), each run's verdicts, the launches each run spent
-(racing spends fewer where cells decide early) and its wall time.
+it counts a contradiction when a budget one run names best (decided or tied; an undecided cell
+names none) lies outside the other run's best set, or when the two sets share no budget; the
+stricter count that also takes an undecided run's highest budget as its pick is printed beside.
+It prints the share of agreeing pairs x cells (goal: at least 95% at 95% confidence), each
+run's verdicts, the launches each run spent (racing spends fewer where cells decide early), its
+wall time, and the noise between launches with the launches it implies for a 10% difference.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def run_once(folder: Path, config: Path, changes: list[str]) -> float:
 
 def best_of(folder: Path) -> pd.DataFrame:
     best = pd.read_csv(folder / "results" / "best.csv", dtype={"best_set": str})
-    best["named"] = best["best_budget"].fillna(best["highest_budget"]).astype(int)
+    best["named"] = best["best_budget"].map(lambda b: None if pd.isna(b) else int(b))  # none when undecided
+    best["highest"] = best["highest_budget"].astype(int)
     best["members"] = best["best_set"].fillna("").map(lambda s: {int(b) for b in s.split()})
     return best
 
@@ -73,18 +76,26 @@ def cells_of(best: pd.DataFrame) -> list[str]:
     return [" ".join(str(r[k]) for k in keys) for r in best.to_dict("records")]
 
 
-def agreement(folders: list[Path]) -> tuple[int, int, list[str]]:
+def contradict(a: dict, b: dict, *, strict: bool) -> bool:
+    """Whether two runs' verdicts on one cell contradict each other: a budget one run names lies
+    outside the other's best set, or the two sets share no budget. ``strict``: an undecided run's
+    highest budget counts as named too (a verdict never claims it; shown for comparison)."""
+    picks = [(a["highest"] if strict else a["named"], b), (b["highest"] if strict else b["named"], a)]
+    return any(p is not None and p not in other["members"] for p, other in picks) or not a["members"] & b["members"]
+
+
+def agreement(folders: list[Path], *, strict: bool = False) -> tuple[int, int, list[str]]:
     """(pairs x cells that agree, pairs x cells in all, a line per disagreement)."""
     bests = {f: best_of(f) for f in folders}
     agree, total, lines = 0, 0, []
     for a, b in itertools.combinations(folders, 2):
         for cell, ra, rb in zip(cells_of(bests[a]), bests[a].to_dict("records"), bests[b].to_dict("records")):
             total += 1
-            if ra["named"] in rb["members"] and rb["named"] in ra["members"]:
+            if not contradict(ra, rb, strict=strict):
                 agree += 1
             else:
-                lines.append(f"{a.name} vs {b.name}, {cell}: {ra['named']} {sorted(ra['members'])} against "
-                             f"{rb['named']} {sorted(rb['members'])}")
+                lines.append(f"{a.name} vs {b.name}, {cell}: {ra['verdict']} {ra['named']} {sorted(ra['members'])} "
+                             f"against {rb['verdict']} {rb['named']} {sorted(rb['members'])}")
     return agree, total, lines
 
 
@@ -92,15 +103,57 @@ def launches_of(folder: Path) -> int:
     return len(list((folder / "results" / "runs").glob("*/launch*.json")))
 
 
+def noise(folder: Path) -> list[float]:
+    """Each cell's standard deviation of log throughput between launches, pooled over its budgets."""
+    from specsweep.analysis import aggregate, verdict
+
+    summary = pd.read_csv(folder / "results" / "summary.csv", dtype={"launch_tok_s": str, "repeat_tok_s": str})
+    ok = summary[summary["status"] == "ok"]
+    keys = [c for c in ("tp", "context", "section", "load") if c in ok.columns]
+    spreads = []
+    for _, cell in ok.groupby(keys):
+        samples, basis = aggregate.cell_units(cell)
+        pooled = verdict._pool(samples)
+        if basis == verdict.LAUNCHES and pooled.df > 0:
+            spreads.append(pooled.s)
+    return spreads
+
+
+def launches_for(change: float, s: float, budgets: int = 4, tie: float = 0.01) -> int:
+    """Launches per configuration at which a budget `change` slower than the best leaves the best set
+    (95%), given a between-launch SD s of log throughput."""
+    import math
+
+    from specsweep.analysis import verdict
+
+    for n in range(2, 400):
+        d = verdict.dunnett_one_sided(n, (n,) * (budgets - 1), budgets * (n - 1), 0.95)
+        if d * s * math.sqrt(2 / n) + math.log1p(tie) < math.log1p(change):
+            return n
+    return 400
+
+
 def report(folders: list[Path], took: dict[Path, float]) -> None:
+    import statistics
+
+    spreads = [s for f in folders for s in noise(f)]
+    if spreads:
+        middle = statistics.median(spreads)
+        print(f"between-launch SD of log throughput, per cell: median {middle:.3f} (range {min(spreads):.3f}-"
+              f"{max(spreads):.3f}); at the median, launches per configuration for a 10% slower budget to leave "
+              f"the best set: {launches_for(0.10, middle)}; for 25%: {launches_for(0.25, middle)}")
     agree, total, lines = agreement(folders)
-    print(f"\nagreement: {agree} of {total} run pairs x cells ({agree / total:.0%}); disagreements:")
+    print(f"\nagreement: {agree} of {total} run pairs x cells ({agree / max(total, 1):.0%}) have no named best "
+          f"outside the other run's best set and no disjoint sets; contradictions:")
+    print("\n".join(f"  {line}" for line in lines) or "  none")
+    agree, total, lines = agreement(folders, strict=True)
+    print(f"counting an undecided run's highest budget as named too: {agree} of {total} ({agree / max(total, 1):.0%})")
     print("\n".join(f"  {line}" for line in lines) or "  none")
     for folder in folders:
         best = best_of(folder)
         states = best["verdict"].value_counts().to_dict()
         shown = "; ".join(f"{c}: {v}" for c, v in zip(cells_of(best), _verdicts(best)))
-        print(f"{folder.name}: {launches_of(folder)} launches"
+        print(f"{folder.parent.name}/{folder.name}: {launches_of(folder)} launches"
               + (f", {took[folder]:.0f} s" if folder in took else "") + f", {states}\n  {shown}")
 
 
@@ -109,7 +162,8 @@ def _verdicts(best: pd.DataFrame) -> list[str]:
     for r in best.to_dict("records"):
         interval = "" if pd.isna(r.get("speedup_low")) else f" {r['speedup']:.2f}x [{r['speedup_low']:.2f}-" \
                                                              f"{r['speedup_high']:.2f}]"
-        out.append(f"{r['verdict']} {r['named']} {{{r['best_set']}}}{interval}")
+        out.append(f"{r['verdict']} {r['named'] if r['named'] is not None else '-'} (highest {r['highest']}) "
+                   f"{{{r['best_set']}}}{interval}")
     return out
 
 

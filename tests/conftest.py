@@ -176,6 +176,16 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
     return proc.returncode, out
 
 
+def measured(runs: Path) -> list[str]:
+    """The configurations whose first launch has a result in a runs folder, sorted."""
+    return sorted(p.parent.name for p in Path(runs).glob("*/launch1.json"))
+
+
+def result_path(runs: Path, name: str, launch: int = 1) -> Path:
+    """Where one launch of a configuration keeps its result (records/paths.run_result)."""
+    return Path(runs) / name / f"launch{launch}.json"
+
+
 def load(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

@@ -34,7 +34,7 @@ def test_the_gpu_smoke_check_runs_end_to_end_on_the_cpu_build(tmp_path, embedded
     for configuration in llama["configurations"]:  # the server's own counter, section by section
         assert configuration["counted"] and configuration["devices"] == ["host"]
         assert all(s["server_counter"] for s in configuration["sections"])
-    drafted = llama["configurations"][1]["sections"]
-    assert all(s["draft_tokens"] > 0 and s["acceptance_length"] >= 1 for s in drafted)
+    drafted = [s for s in llama["configurations"][1]["sections"] if s["draft_tokens"]]  # budget 4 drafted
+    assert drafted and all(s["acceptance_length"] >= 1 for s in drafted)
     assert llama["left_processes"] == [] and llama["gpu_memory_back"]
     assert llama["verdicts"][0].startswith("tp,context,section,load,best_budget,verdict")

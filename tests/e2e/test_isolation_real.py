@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from conftest import finish, load, run_workflow, small_study
+from conftest import finish, load, result_path, run_workflow, small_study
 from specsweep.errors import InvalidResponse
 from specsweep.measure import workload
 from specsweep.records import store
@@ -38,7 +38,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
         hog.wait()
     assert rc != 0, out
     name = "tp1-b0-ctx64"
-    assert not (tmp_path / "results/runs" / f"{name}.json").exists()
+    assert not result_path(tmp_path / "results/runs", name).exists()
     record = store.latest_failure(tmp_path / "results/failures", name).to_json()
     assert record["class"] == "noisy-host" and record["exit_code"] == 18 and record["transient"] is True
     assert "max_foreign_cores" in record["reason"] and "python" in record["reason"]
@@ -46,7 +46,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
 
     rc, out = finish(run_workflow(tmp_path, guard_study()), timeout=600)  # the hog is gone
     assert rc == 0, out
-    doc = load(tmp_path / "results/runs" / f"{name}.json")
+    doc = load(result_path(tmp_path / "results/runs", name))
     for section in doc["sections"]:
         assert section["host_load"]["contended_cores"] <= doc["isolation"]["guard"]["max_foreign_cores"], \
             section["host_load"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, small_study
+from conftest import REPO, measured, small_study
 from specsweep.records import store
 
 pytestmark = pytest.mark.e2e
@@ -140,25 +140,26 @@ exec {embedded['binary']} "$@"
     rc, out = run_on_slurm(tmp_path, study)
     assert rc != 0, out
     runs = tmp_path / "results/runs"
-    assert sorted(p.name for p in runs.glob("*.json")) == ["tp1-b0-ctx64.json", "tp1-b2-ctx64.json"], out
+    assert measured(runs) == ["tp1-b0-ctx64", "tp1-b2-ctx64"], out
     record = store.latest_failure(tmp_path / "results/failures", "tp1-b4-ctx64").to_json()
     assert record["class"] == "server-start" and record["signature"] == "bad-arguments"
     first = {j: v for j, v in slurm_jobs().items() if j not in before}
     configs = {re.sub(r".*wildcards_", "", c): s for c, s in first.values() if "run_configuration" in c}
     # Every configuration was a SLURM job, named by its configuration ...
-    assert sorted(configs) == ["tp1-b0-ctx64", "tp1-b2-ctx64", "tp1-b4-ctx64"], first
-    assert configs["tp1-b4-ctx64"] == "FAILED", configs
-    assert configs["tp1-b0-ctx64"] == configs["tp1-b2-ctx64"] == "COMPLETED", configs
+    # (the plugin joins the wildcards with "_": the name, then the launch)
+    assert sorted(configs) == ["tp1-b0-ctx64_1", "tp1-b2-ctx64_1", "tp1-b4-ctx64_1"], first
+    assert configs["tp1-b4-ctx64_1"] == "FAILED", configs
+    assert configs["tp1-b0-ctx64_1"] == configs["tp1-b2-ctx64_1"] == "COMPLETED", configs
     assert not any("provision" in c or "summary" in c for c, _ in first.values())  # ... provisioning was not
 
     (tmp_path / "break-b4").unlink()
-    kept = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
+    kept = {p.relative_to(runs): p.stat().st_mtime_ns for p in runs.glob("*/launch1.json")}
     rc, out = run_on_slurm(tmp_path, study)
     assert rc == 0, out
     second = {j: v for j, v in slurm_jobs().items() if j not in before and j not in first}
     assert [s for c, s in second.values() if "run_configuration" in c] == ["COMPLETED"], second
-    # The plugin's comment carries the wildcard: the configuration's name, every axis in it.
+    # The plugin's comment carries the wildcards: the configuration's name, every axis in it, and the launch.
     rerun = [c for c, _ in second.values() if "run_configuration" in c]
-    assert rerun == ["rule_run_configuration_wildcards_tp1-b4-ctx64"], rerun
+    assert rerun == ["rule_run_configuration_wildcards_tp1-b4-ctx64_1"], rerun
     assert {p: runs.joinpath(p).stat().st_mtime_ns for p in kept} == kept
     assert (tmp_path / "results/summary.png").exists()

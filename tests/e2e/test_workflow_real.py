@@ -16,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from conftest import finish, load, run_workflow, small_study
+from conftest import finish, load, measured, result_path, run_workflow, small_study
 from specsweep.records import store
 
 pytestmark = pytest.mark.e2e
@@ -60,10 +60,10 @@ def _check_result(doc: dict) -> None:
 def test_small_sweep_end_to_end(embedded, tmp_path):
     rc, out = finish(run_workflow(tmp_path, small_study()))
     assert rc == 0, out
-    runs = sorted(p.name for p in (tmp_path / "results/runs").glob("*.json"))
-    assert runs == ["tp1-b0-ctx64.json", "tp1-b4-ctx64.json"]
+    runs = measured(tmp_path / "results/runs")
+    assert runs == ["tp1-b0-ctx64", "tp1-b4-ctx64"]
     for name in runs:
-        _check_result(load(tmp_path / "results/runs" / name))
+        _check_result(load(result_path(tmp_path / "results/runs", name)))
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert len(summary) == 2 * 3 and set(summary["status"]) == {"ok"}
     base = summary[summary["budget"] == 0]
@@ -71,7 +71,7 @@ def test_small_sweep_end_to_end(embedded, tmp_path):
     assert summary["speedup"].notna().all() and (summary["output_tok_s"] > 0).all()
     png = tmp_path / "results/summary.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "logs/server/tp1-b4-ctx64.log").stat().st_size > 0
+    assert (tmp_path / "logs/server/tp1-b4-ctx64/launch1.log").stat().st_size > 0
     assert not (tmp_path / "results/failures").exists()
 
 
@@ -99,8 +99,8 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
 
     assert rc != 0, out
     runs = tmp_path / "results/runs"
-    assert not (runs / f"{victim}.json").exists()
-    assert sorted(p.name for p in runs.iterdir()) == ["tp1-b0-ctx64.json", "tp1-b8-ctx64.json"]
+    assert not result_path(runs, victim).exists()
+    assert measured(runs) == ["tp1-b0-ctx64", "tp1-b8-ctx64"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     record = store.latest_failure(tmp_path / "results/failures", victim).to_json()
     assert record["class"] == "server-died" and record["section"] == "medium"
@@ -115,13 +115,13 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     assert (tmp_path / "results/partial/summary.png").exists()
     assert not (tmp_path / "results/summary.png").exists()  # never passes for a complete study
 
-    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.iterdir()}
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*/launch*.json")}
     rc, out = finish(run_workflow(tmp_path, study))
     assert rc == 0, out
     assert re.search(r"run_configuration\s+1\b", out), out  # exactly one benchmark job reran
-    for name, (data, mtime) in before.items():
-        assert (runs / name).read_bytes() == data and (runs / name).stat().st_mtime_ns == mtime
-    assert (runs / f"{victim}.json").exists()
+    for path, (data, mtime) in before.items():
+        assert path.read_bytes() == data and path.stat().st_mtime_ns == mtime
+    assert result_path(runs, victim).exists()
     assert set(pd.read_csv(tmp_path / "results/summary.csv")["status"]) == {"ok"}
     assert (tmp_path / "results/summary.png").exists()
     assert not (tmp_path / "results/failed.csv").exists() and not (tmp_path / "results/partial").exists()

@@ -46,9 +46,9 @@ def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> d
 def intervals(workdir: Path) -> dict[str, tuple[datetime, datetime]]:
     """Per configuration: first section start to last section end, from the results themselves."""
     out = {}
-    for path in sorted((workdir / "results/runs").glob("*.json")):
+    for path in sorted((workdir / "results/runs").glob("*/launch1.json")):
         sections = json.loads(path.read_text())["sections"]
-        out[f"{workdir.name}/{path.stem}"] = (datetime.fromisoformat(sections[0]["started_at"]),
+        out[f"{workdir.name}/{path.parent.name}"] = (datetime.fromisoformat(sections[0]["started_at"]),
                                               datetime.fromisoformat(sections[-1]["finished_at"]))
     return out
 
@@ -87,9 +87,9 @@ def test_jobs_on_a_gpu_host_get_disjoint_gpus_and_run_side_by_side(tmp_path, mon
     seen = {}
     for key in spans:
         name = key.split("/")[1]
-        log = (tmp_path / "logs/server" / f"{name}.log").read_text()
+        log = (tmp_path / "logs/server" / name / "launch1.log").read_text()
         visible = re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log)[-1].split(",")
-        result = json.loads((tmp_path / "results/runs" / f"{name}.json").read_text())
+        result = json.loads((tmp_path / "results/runs" / name / "launch1.json").read_text())
         assert result["isolation"]["devices"] == visible
         assert len(visible) == int(name[2])  # tp GPUs, as the name's tp says
         seen[key] = set(visible)
@@ -113,8 +113,8 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
     runs = tmp_path / "results/runs"
-    _corrupt(runs / "tp1-b2-ctx16.json", "not-json")
-    _corrupt(runs / "tp1-b4-ctx16.json", "version")
+    _corrupt(runs / "tp1-b2-ctx16/launch1.json", "not-json")
+    _corrupt(runs / "tp1-b4-ctx16/launch1.json", "version")
     (tmp_path / "results/summary.png").unlink()  # even without the figure, the table must not stand
 
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
@@ -132,10 +132,10 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
 
     # Aggregation refuses too (a file damaged after the plan): it fails naming the file, moves it
     # aside and removes the figure made from it, so the next run measures it again.
-    _corrupt(runs / "tp1-b2-ctx16.json", "version")
+    _corrupt(runs / "tp1-b2-ctx16/launch1.json", "version")
     proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config", "results/study/config.yaml",
                            "--runs", "results/runs", "--failures", "results/failures",
                            "--quarantine", "results/invalid", "--stale", "results/summary.png",
                            "--csv", str(tmp_path / "x.csv")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 19 and "1 result file(s) cannot be aggregated" in proc.stderr, proc.stderr
-    assert not (tmp_path / "results/summary.png").exists() and not (runs / "tp1-b2-ctx16.json").exists()
+    assert not (tmp_path / "results/summary.png").exists() and not (runs / "tp1-b2-ctx16/launch1.json").exists()

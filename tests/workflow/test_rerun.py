@@ -40,7 +40,7 @@ def measured(workdir: Path, doc: dict) -> tuple[str, dict[str, tuple[bytes, int]
     rc, out = finish(run_workflow(workdir, doc), timeout=300)
     assert rc == 0, out[-4000:]
     runs = workdir / "results/runs"
-    return out, {p.stem: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*.json")}
+    return out, {p.parent.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*/launch1.json")}
 
 
 def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp_path):
@@ -48,13 +48,13 @@ def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp
     _, first = measured(tmp_path, doc)
     figure = tmp_path / "results/summary.png"
     before = figure.stat().st_mtime_ns
-    victim = tmp_path / "results/runs" / f"{B2}.json"
+    victim = tmp_path / "results/runs" / B2 / "launch1.json"
     victim.write_text(victim.read_text()[:200])  # cut short, as an interrupted copy or an editor leaves it
 
     out, second = measured(tmp_path, doc)
     assert second[B0] == first[B0]  # the valid one is untouched
     assert second[B2][0] != first[B2][0] and json.loads(second[B2][0])["name"] == B2  # measured again
-    assert f"{B2}.json: unreadable" in out and "removed, so that this run measures them again" in out
+    assert f"{B2}/launch1.json: unreadable" in out and "removed, so that this run measures them again" in out
     assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [B2]  # kept, moved aside
     assert figure.stat().st_mtime_ns > before
     summary = pd.read_csv(tmp_path / "results/summary.csv")
@@ -72,14 +72,14 @@ def test_a_result_of_another_study_is_measured_again_and_a_hand_run_of_it_is_ref
     proc = subprocess.run(by_hand, cwd=tmp_path / "mine", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "results/runs holds results of study 'mine'" in proc.stderr and "of study 'other'" in proc.stderr
-    assert (tmp_path / "mine/results/runs" / f"{B2}.json").read_bytes() == first[B2][0]
+    assert (tmp_path / "mine/results/runs" / B2 / "launch1.json").read_bytes() == first[B2][0]
 
     # Made elsewhere and copied in (what a hand run did before it was refused): the next main
     # command refuses it and measures this study's configuration again.
     proc = subprocess.run(by_hand, cwd=tmp_path / "other", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    foreign = (tmp_path / "other/results/runs" / f"{B2}.json").read_bytes()
-    (tmp_path / "mine/results/runs" / f"{B2}.json").write_bytes(foreign)
+    foreign = (tmp_path / "other/results/runs" / B2 / "launch1.json").read_bytes()
+    (tmp_path / "mine/results/runs" / B2 / "launch1.json").write_bytes(foreign)
     out, second = measured(tmp_path / "mine", doc)
     assert "measured for study 'other', not this study 'mine'" in out
     assert second[B0] == first[B0]
@@ -92,8 +92,8 @@ def test_damage_in_place_cannot_reach_the_history_copy(tmp_path):
     kept = list((tmp_path / "results/history" / B2).glob("*.json"))
     assert len(kept) == 1 and kept[0].read_bytes() == first[B2][0]
     assert not kept[0].stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)  # read-only
-    assert kept[0].stat().st_ino != (tmp_path / "results/runs" / f"{B2}.json").stat().st_ino  # a copy, no link
-    os.truncate(tmp_path / "results/runs" / f"{B2}.json", 100)  # in place, as a tool that rewrites a file does
+    assert kept[0].stat().st_ino != (tmp_path / "results/runs" / B2 / "launch1.json").stat().st_ino  # a copy, no link
+    os.truncate(tmp_path / "results/runs" / B2 / "launch1.json", 100)  # in place, as a tool that rewrites a file does
 
     _, second = measured(tmp_path, doc)
     assert kept[0].read_bytes() == first[B2][0]

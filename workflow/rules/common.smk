@@ -228,7 +228,9 @@ def copy_results_to_history():
 
 def report_failed_run():
     """After a failed run: the partial summary and the failure table (analysis/partial_reports.py)."""
-    print(partial_reports.report_failed_run(config, get_plot_title(None)), file=sys.stderr)
+    print(
+        partial_reports.report_failed_run(config, get_plot_title(None)), file=sys.stderr
+    )
 
 
 def clean_partial_reports():

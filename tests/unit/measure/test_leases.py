@@ -65,7 +65,7 @@ def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
     else:
         monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
     holder = subprocess.Popen([sys.executable, "-c", "from specsweep.measure import leases; import time; "
-                               f"devices.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
+                               f"leases.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
                                "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     assert holder.pid in leases.other_measurements()

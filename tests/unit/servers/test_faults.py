@@ -351,10 +351,11 @@ def test_the_cli_edge_turns_each_error_into_one_line_and_its_exit_code(monkeypat
         raise KeyError("x")
 
     argv = ["grid", "--config-json", "{}"]
-    monkeypatch.setattr(cli, "cmd_grid", refused)
+    text, arguments, _ = cli.COMMANDS["grid"]  # the subcommand's handler, replaced in the table
+    monkeypatch.setitem(cli.COMMANDS, "grid", (text, arguments, refused))
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == "specsweep: config: the study is wrong; fix it\n"
-    monkeypatch.setattr(cli, "cmd_grid", bug)
+    monkeypatch.setitem(cli.COMMANDS, "grid", (text, arguments, bug))
     monkeypatch.delenv("SPECSWEEP_DEBUG", raising=False)
     assert cli.main(argv) == 1
     assert capsys.readouterr().err == ("specsweep: internal error (a bug in specsweep): KeyError: 'x'; "

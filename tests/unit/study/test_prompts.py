@@ -184,7 +184,10 @@ def test_a_server_that_remembers_sees_no_prompt_twice(tmp_path, model):
 def test_reusing_prompts_on_purpose_shows_the_cache_and_says_so(tmp_path, model):
     """The control: with reuse_prompts the same stand-in's acceptance rises in repeat 1, so the test
     above would go red the day a prompt is re-sent."""
-    rc, err = run_cli(tmp_path, remembering_study(model, reuse_prompts=True))
+    # The remembered repeats run faster on purpose: the guard's repeat-spread check would call that
+    # a noisy host (by a few percent either way on 8-token sections), so it is relaxed here.
+    relaxed = json.dumps({"max_repeat_spread": 10.0})
+    rc, err = run_cli(tmp_path, remembering_study(model, reuse_prompts=True), "--guard", relaxed)
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     acceptance = _acceptance_by_repeat(doc)

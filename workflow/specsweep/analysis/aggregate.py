@@ -326,7 +326,7 @@ def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[Path, str]]:
 def quarantine(spec: RunSpec, source: Path, reason: str, invalid_dir: Path, failures_dir: Path) -> str:
     """Move one refused result file into invalid_dir with a failure record; return the line that says so."""
     stamp = utc_now().replace(":", "").replace("+0000", "Z")
-    launch = "" if source.name == f"{spec.name}.json" else f"-{source.stem}"
+    launch = "" if source.name in (f"{spec.name}.json", "launch1.json") else f"-{source.stem}"
     source, target = Path(source), Path(invalid_dir) / f"{spec.name}{launch}-{stamp}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     source.replace(target)

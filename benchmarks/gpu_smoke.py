@@ -55,19 +55,20 @@ COMMAND = {
 }
 
 
-LLAMA_SPECULATIVE = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "1",
-                     "--spec-ngram-mod-n-max", "{budget}"]
-LLAMA_COMMAND = ["{binary}", "-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "{ctx_size}", "-np",
-                 "{slots}", "-t", "{threads}", "--metrics", "--no-webui"]
 MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
 
 
 def llama_study(binary: str, model: Path, budget: int, *, gpu: bool) -> dict:
+    """The backend's own command and ngram-mod drafts (servers/backends/llama_server.py), all
+    layers on the GPU there."""
+    from specsweep.servers.backends import llama_server
+
+    server = llama_server.BACKEND
     return {
         "study": "gpu-smoke-llama-server", "backend": "llama-server",
         "model": {"name": "tiny-llama-random-gguf", "path": str(model), "context_limit": 4096},
-        "server": {"binary": binary, "command": LLAMA_COMMAND + (["-ngl", "99"] if gpu else []),
-                   "speculative_args": LLAMA_SPECULATIVE, "gpu": gpu, "startup_timeout_s": 120,
+        "server": {"binary": binary, "command": [*server.command, *(["-ngl", "99"] if gpu else [])],
+                   "speculative_args": list(server.speculative_args), "gpu": gpu, "startup_timeout_s": 120,
                    "stall_timeout_s": 30},
         "grid": {"budget": [0, budget], "tp": [1], "context": [128]},
         "retries": 0,
@@ -95,9 +96,9 @@ def check_llama_server(source: Path, tmp: Path, *, budget: int, cpu: bool) -> di
     t0 = time.monotonic()
     server = llama_server.provision_server(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"],
                                            log_path=tmp / "build.log", source=source, cuda_arch=out["cuda_arch"])
+    # seconds_here well below build_seconds: the build came from the cache (built_at says when).
     out["build"] = {"seconds_here": round(time.monotonic() - t0, 1), "build_seconds": server.get("build_seconds"),
-                    "from_cache": time.monotonic() - t0 < 0.5 * (server.get("build_seconds") or 0),
-                    "cmake_flags": server["cmake_flags"], "cores": os.cpu_count()}
+                    "built_at": server.get("built_at"), "cmake_flags": server["cmake_flags"], "cores": os.cpu_count()}
     model = llama_server.provision_tiny_gguf(source, tmp / "tiny.gguf")
     out["model"] = model["made"]
     folder = tmp / "llama-server"

@@ -5,11 +5,12 @@
     python benchmarks/verdict_agreement.py --analyze DIR/run1 DIR/run2 ...
 
 Each run is the README's main command (`snakemake --cores 1 results/summary.png`) in a fresh
-copy of this checkout (the built server, model and prompts come from the shared cache), one after
-another, nothing else running. For every pair of runs and every cell (tp, context, section, load)
-it counts a contradiction when a budget one run names best (decided or tied; an undecided cell
-names none) lies outside the other run's best set, or when the two sets share no budget; the
-stricter count that also takes an undecided run's highest budget as its pick is printed beside.
+clone of this checkout's HEAD (commit what you want measured; the built server, model and
+prompts come from the shared cache), one after another, nothing else running. For every pair
+of runs and every cell (tp, context, section, load) it counts a contradiction when a budget one
+run names best (decided or tied; an undecided cell names none) lies outside the other run's best
+set, or when the two sets share no budget; the stricter count that also takes an undecided
+run's highest budget as its pick is printed beside.
 It prints the share of agreeing pairs x cells (goal: at least 95% at 95% confidence), each
 run's verdicts, the launches each run spent (racing spends fewer where cells decide early), its
 wall time, and the noise between launches with the launches it implies for a 10% difference.
@@ -28,15 +29,12 @@ import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
 
-def fresh_copy(dest: Path) -> Path:
-    """The checkout's files (tracked and untracked, not ignored), as a fresh clone would have them."""
-    from conftest import copy_checkout
-
-    dest.mkdir(parents=True)
-    return copy_checkout(dest)
+def fresh_clone(dest: Path) -> Path:
+    """A fresh clone of the checkout's HEAD, as the issue's runs were."""
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(dest)], check=True)
+    return dest
 
 
 def set_key(doc: dict, assignment: str) -> None:
@@ -113,7 +111,7 @@ def noise(folder: Path) -> list[float]:
     spreads = []
     for _, cell in ok.groupby(keys):
         samples, basis = aggregate.cell_units(cell)
-        pooled = verdict._pool(samples)
+        pooled = verdict.pool(samples)
         if basis == verdict.LAUNCHES and pooled.df > 0:
             spreads.append(pooled.s)
     return spreads
@@ -181,7 +179,7 @@ def main() -> None:
     root = args.keep or Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
     folders, took = [], {}
     for number in range(1, args.runs + 1):
-        folder = fresh_copy(root / f"run{number}")
+        folder = fresh_clone(root / f"run{number}")
         took[folder] = run_once(folder, args.config, args.set)
         print(f"run {number}: {took[folder]:.0f} s, {launches_of(folder)} launches", flush=True)
         folders.append(folder)

@@ -72,9 +72,9 @@ if workflow.is_main_process:
         print(f"specsweep: {line}", file=sys.stderr)
 PROVISIONED = study.provisioned(config)
 # Launches every configuration gets, and the most racing may give one (verdict.until_decided).
-LAUNCHES = config["workload"]["launches"]
+LAUNCHES = aggregate.launches_planned(config)
 RACING = config["verdict"]["until_decided"]
-MOST_LAUNCHES = RACING["max_launches"] if RACING else LAUNCHES
+MOST_LAUNCHES = aggregate.most_launches(config)
 MEASURED = [
     name
     for name, spec in SPECS.items()

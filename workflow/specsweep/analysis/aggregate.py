@@ -103,7 +103,7 @@ def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path, l
 
 def launches_planned(config: dict) -> int:
     """Launches every configuration gets before any racing (workload.launches)."""
-    return config["workload"].get("launches", 1)
+    return config["workload"]["launches"]
 
 
 def launches_expected(config: dict, name: str, root: Path = Path(".")) -> int:
@@ -111,7 +111,7 @@ def launches_expected(config: dict, name: str, root: Path = Path(".")) -> int:
     racing round whose decision (results/race/round<r>.json) gave it another."""
     from specsweep.analysis import race  # it builds on this module
 
-    racing = config.get("verdict", {}).get("until_decided")
+    racing = config["verdict"]["until_decided"]
     if not racing:
         return launches_planned(config)
     more = 0
@@ -127,7 +127,7 @@ def launches_expected(config: dict, name: str, root: Path = Path(".")) -> int:
 
 def most_launches(config: dict) -> int:
     """The most launches a configuration may have: racing's max_launches, else workload.launches."""
-    racing = config.get("verdict", {}).get("until_decided")
+    racing = config["verdict"]["until_decided"]
     return racing["max_launches"] if racing else launches_planned(config)
 
 
@@ -145,9 +145,8 @@ def merged_rows(results: list) -> list[dict]:
     for index, first in enumerate(per_launch[0]):
         same = [rows_k[index] for rows_k in per_launch]
         row = {key: _mean_of([r.get(key) for r in same]) for key in first}
-        where = (first["section"], first["load"])
-        row.update(section=first["section"], load=first["load"], launches=len(same),
-                   launch_tok_s=_values([r.get("output_tok_s") for r in same]),
+        where = (first["section"], first["load"])  # the same in every launch, as _mean_of keeps it
+        row.update(launches=len(same), launch_tok_s=_values([r.get("output_tok_s") for r in same]),
                    repeat_tok_s=_values([v for rates in repeats for v in rates.get(where, ())]))
         for key, pick in (("output_tok_s_min", min), ("output_tok_s_max", max)):
             values = [r.get(key) for r in same if r.get(key) is not None]

@@ -107,7 +107,8 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
     lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
     for row in best.to_dict("records"):
         cells = [row[k] for k in keys] + [
-            _none_best(row) if pd.isna(row["highest_budget"]) else verdict_text(row)
+            _none_best(row) if pd.isna(row["highest_budget"]) else verdict.words(
+                row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
             + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
             _interval(row), row["best_set"] or "none", row["budgets_missing"] or "none"]
@@ -136,15 +137,6 @@ def _objective_words(objective: dict) -> str:
 def _none_best(row: dict) -> str:
     """A group without a best budget: nothing measured, or (the goodput search) no rate within the objective."""
     return "none within the objective" if row.get("budgets_measured") else "none measured"
-
-
-def verdict_text(row: dict) -> str:
-    """A best table row's verdict as a person reads it: "8", "0 (tied: 0 2)", "undecided: 4 8"."""
-    if row["verdict"] == verdict.DECIDED:
-        return f"{int(row['best_budget'])}"
-    if row["verdict"] == verdict.TIED:
-        return f"{int(row['best_budget'])} (tied: {row['best_set']})"
-    return f"undecided: {row['best_set']}"
 
 
 def _confidence(best: pd.DataFrame) -> str:
@@ -309,8 +301,7 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
         sustained = (f"  (sustains {row['sustained_rate_rps']:.3g} req/s)"
                      if row.get(axes.LOAD) == SLO and not pd.isna(row.get("sustained_rate_rps")) else "")
         named = "-" if pd.isna(row["best_budget"]) else f"{int(row['best_budget'])}"
-        state = {verdict.DECIDED: "decided", verdict.TIED: f"tied: {row['best_set']}"}.get(
-            row["verdict"], f"undecided: {row['best_set']}")
+        state = verdict.state_words(row["verdict"], row["best_set"])
         lines.append(f"  {where(row)} {named:>5} {row['output_tok_s']:>8.1f}  {_speedup_cell(row):<19} "
                      f"{state}{sustained}")
     if len(best) > limit:

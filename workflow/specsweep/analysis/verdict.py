@@ -57,26 +57,40 @@ class Verdict:
 
     def text(self) -> str:
         """What a person reads: "8", "0 (tied: 0 2)", "undecided: 4 8"."""
-        shown = " ".join(map(str, self.members))
-        if self.state == DECIDED:
-            return str(self.named)
-        return f"{self.named} (tied: {shown})" if self.state == TIED else f"undecided: {shown}"
+        return words(self.state, self.named, " ".join(map(str, self.members)))
+
+
+def words(state: str, named: int | None, members: str) -> str:
+    """A verdict as a person reads it, from its state, named budget and best set ("4 8"): "8",
+    "0 (tied: 0 2)", "undecided: 4 8". The report and best.csv's readers say it this way."""
+    if state == DECIDED:
+        return str(named)
+    return f"{named} (tied: {members})" if state == TIED else f"undecided: {members}"
+
+
+def state_words(state: str, members: str) -> str:
+    """The verdict column of the terminal's answer, beside the named budget: "decided",
+    "tied: 0 2", "undecided: 4 8"."""
+    return "decided" if state == DECIDED else f"{'tied' if state == TIED else 'undecided'}: {members}"
 
 
 @dataclass(frozen=True)
-class _Pooled:
+class Pooled:
+    """A cell's units on the log scale: each budget's mean and count, the pooled standard
+    deviation and its degrees of freedom."""
+
     means: dict[int, float]  # per budget, of log throughput
     sizes: dict[int, int]
     s: float  # pooled standard deviation of log throughput (nan without degrees of freedom)
     df: int
 
 
-def _pool(samples: Mapping[int, Sequence[float]]) -> _Pooled:
+def pool(samples: Mapping[int, Sequence[float]]) -> Pooled:
     logs = {b: np.log(np.asarray(v, dtype=float)) for b, v in samples.items()}
     df = sum(len(v) - 1 for v in logs.values())
     squares = sum(float(((v - v.mean()) ** 2).sum()) for v in logs.values())
     s = math.sqrt(squares / df) if df > 0 else math.nan
-    return _Pooled({b: float(v.mean()) for b, v in logs.items()}, {b: len(v) for b, v in logs.items()}, s, df)
+    return Pooled({b: float(v.mean()) for b, v in logs.items()}, {b: len(v) for b, v in logs.items()}, s, df)
 
 
 @lru_cache(maxsize=4096)
@@ -100,7 +114,7 @@ def decide(samples: Mapping[int, Sequence[float]], *, confidence: float, tie: fl
            basis: str = LAUNCHES) -> Verdict:
     """The verdict of a cell from each budget's units (positive throughputs)."""
     budgets = sorted(samples)
-    pooled = _pool(samples)
+    pooled = pool(samples)
     highest = max(budgets, key=lambda b: (pooled.means[b], -b))
     units = min(pooled.sizes.values())
     if len(budgets) == 1:
@@ -130,7 +144,7 @@ def speedup_interval(samples: Mapping[int, Sequence[float]], budget: int, *,
     of its cell; None without budget 0, or without degrees of freedom."""
     if 0 not in samples or budget not in samples:
         return None
-    pooled = _pool(samples)
+    pooled = pool(samples)
     if pooled.df == 0:
         return None
     diff = pooled.means[budget] - pooled.means[0]
@@ -142,8 +156,7 @@ def speedup_interval(samples: Mapping[int, Sequence[float]], budget: int, *,
 def units(launch_values: Mapping[int, Sequence[float]],
           repeat_values: Mapping[int, Sequence[float]]) -> tuple[dict[int, list[float]], str]:
     """The units a cell is decided on: the launches, unless no budget has two (then the repeats)."""
-    if any(len(v) > 1 for v in launch_values.values()):
-        return {b: list(v) for b, v in launch_values.items()}, LAUNCHES
-    if repeat_values and all(len(repeat_values.get(b, ())) for b in launch_values):
+    one_launch_each = all(len(v) <= 1 for v in launch_values.values())
+    if one_launch_each and all(repeat_values.get(b) for b in launch_values):
         return {b: list(repeat_values[b]) for b in launch_values}, REPEATS
     return {b: list(v) for b, v in launch_values.items()}, LAUNCHES

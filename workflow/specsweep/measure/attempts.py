@@ -44,7 +44,7 @@ def check_same_study(spec: RunSpec, runs_dir: Path) -> None:
     Aggregation would refuse it later (and measure that configuration again); refusing here
     keeps the folder's own result and says what to run instead.
     """
-    for path in sorted([*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]):
+    for path in paths.result_files(runs_dir):
         try:
             other = store.read_result(path).spec.get("study")
         except store.InvalidResult:

@@ -79,6 +79,11 @@ def launch_results(runs: Path, name: str) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def result_files(runs: Path) -> list[Path]:
+    """Every result file in a runs folder, launches and results of the older layout alike, sorted."""
+    return sorted([*Path(runs).glob("*.json"), *Path(runs).glob("*/launch*.json")])
+
+
 def runs_of(result: Path) -> Path:
     """The runs folder a result file lies in: <runs>/<name>/launch<k>.json, or <runs>/<name>.json."""
     result = Path(result)

@@ -133,8 +133,7 @@ def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = No
     import hashlib
 
     added = 0
-    found = [*Path(runs_dir).glob("*.json"), *Path(runs_dir).glob("*/launch*.json")]
-    for path in [Path(only)] if only else sorted(found):
+    for path in [Path(only)] if only else paths.result_files(runs_dir):
         data = path.read_bytes()
         target = Path(history_dir) / paths.configuration_of(path) / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
         if target.exists():

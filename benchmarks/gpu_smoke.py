@@ -133,9 +133,9 @@ def configuration_facts(path: Path) -> dict:
         "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
         "server_counter": {k: v for k, v in s["counters"].items() if k.endswith("tokens_predicted_total")},
         "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["host_load"].get("gpu_telemetry")}
+        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry")}
         for s in doc["sections"]]
-    return {"name": doc["name"], "sections": sections, "devices": doc["isolation"]["devices"],
+    return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
             "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version"),
             "counted": all(sum(s["server_counter"].values()) == s["output_tokens"] for s in sections)}
 
@@ -189,9 +189,9 @@ def run_configuration(folder: Path, study_file: Path, name: str) -> dict:
             "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
             "server_counter": {k: v for k, v in s["counters"].items() if "generation_tokens" in k},
             "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-            "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["host_load"].get("gpu_telemetry")}
+            "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry")}
             for s in doc["sections"]]
-        out["devices"] = doc["isolation"]["devices"]
+        out["devices"] = doc["lease"]["devices"]
         out["hardware_gpus"] = doc["hardware"].get("gpus")
         out["gpu_link"] = doc["hardware"].get("gpu_link")
     return out

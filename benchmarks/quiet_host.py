@@ -6,7 +6,7 @@ to the other (taskset, one server thread).
 
 Prints, per run and section, what the others used (`cores`), what the server waited for a CPU
 (`waited`, cores-worth, from its threads' schedstat), what the guard compares with
-guard.max_foreign_cores (`took`: the smaller of the others' load on the server's CPUs and the
+quiet_host.max_foreign_cores (`took`: the smaller of the others' load on the server's CPUs and the
 server's waiting), the host's CPU pressure (PSI "some" share) and the throughput, then the
 verdicts. The guard is set out of the way here (max_foreign_cores 100) so that every figure is
 measured, never cut short.
@@ -45,7 +45,7 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
     out = folder / "result.json"
     proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--out", str(out),
                            "--server-log", str(folder / "server.log"), "--failures-dir", str(folder / "failures"),
-                           "--guard", json.dumps({"max_foreign_cores": 100, "max_repeat_spread": 100})],
+                           "--quiet-host", json.dumps({"max_foreign_cores": 100, "max_repeat_spread": 100})],
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr)
@@ -62,11 +62,11 @@ def main() -> None:
     args = parser.parse_args()
     pins = study.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
-    threshold = study.validate_study({})["guard"]["max_foreign_cores"]
+    threshold = study.validate_study({})["quiet_host"]["max_foreign_cores"]
     cpus = sorted(os.sched_getaffinity(0))
     hosts = [("quiet", args.runs, None, None), ("hog", args.loaded_runs, None, set(cpus)),
              ("pinned", args.loaded_runs, cpus[0], {cpus[-1]})]
-    print(f"guard.max_foreign_cores = {threshold}; default study sections, prompt 128, budget 0, 2 repeats")
+    print(f"quiet_host.max_foreign_cores = {threshold}; default study sections, prompt 128, budget 0, 2 repeats")
     print(f"{'host':<8}{'run':>4}  {'section':<8}{'cores':>7}{'waited':>8}{'took':>7}{'PSI':>7}{'tok/s':>8}")
     for host, runs, server_cpu, hog_cpus in hosts:
         worst = 0.0
@@ -81,13 +81,13 @@ def main() -> None:
                     hog.kill()
                     hog.wait()
             for s in sections:
-                load = s["host_load"]
+                load = s["quiet_host"]
                 worst = max(worst, load["contended_cores"])
                 psi = load["cpu_pressure_share"]
                 print(f"{host:<8}{run:>4}  {s['name']:<8}{load['cores']:>7.3f}{load['server_wait_cores'] or 0:>8.3f}"
                       f"{load['contended_cores']:>7.3f}{'-' if psi is None else f'{psi:.2f}':>7}"
                       f"{s['output_tok_s']:>8.1f}")
-        verdict = "all pass" if worst <= threshold else "would fail as noisy-host"
+        verdict = "all pass" if worst <= threshold else "would fail as host-not-quiet"
         print(f"-> {host}: worst section took {worst:.3f} cores from the server: {verdict}")
 
 

@@ -51,11 +51,11 @@ def test_provenance_names_the_commit_and_detects_a_dirty_tree(tmp_path, monkeypa
 def test_a_result_records_where_it_came_from(tmp_path, model, monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", "planted-secret-in-env")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    relaxed = json.dumps({"max_foreign_cores": 100.0, "max_repeat_spread": 10.0})  # provenance, not isolation
-    code, err = run_cli(tmp_path, fault_study(model), "--guard", relaxed)
+    relaxed = json.dumps({"max_foreign_cores": 100.0, "max_repeat_spread": 10.0})  # provenance, not the quiet host
+    code, err = run_cli(tmp_path, fault_study(model), "--quiet-host", relaxed)
     assert code == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     prov = doc["provenance"]
     assert prov["code"]["git_commit"] == git("rev-parse", "HEAD")
     assert prov["code"]["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
@@ -89,7 +89,7 @@ def test_an_older_result_is_migrated_and_a_newer_one_refused():
     doc = result_doc(spec)
     old = {k: v for k, v in doc.items() if k not in ("provenance", "hardware")} | {"schema_version": 1}
     migrated = Result.from_json(old)
-    assert migrated.provenance == {"migrated_from": 1} and migrated.to_json()["schema_version"] == 4
+    assert migrated.provenance == {"migrated_from": 1} and migrated.to_json()["schema_version"] == 5
     with pytest.raises(InvalidResult, match="schema version 99"):
         Result.from_json({**doc, "schema_version": 99})
     assert Result.from_json(doc).summary_rows()[0]["output_tok_s"] == doc["sections"][0]["output_tok_s"]

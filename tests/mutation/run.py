@@ -55,6 +55,7 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/workflow/test_launches.py",
     "tests/unit/servers/test_backends.py", "tests/unit/measure/test_goodput.py",
     "tests/unit/analysis/test_load_levels.py", "tests/unit/measure/test_gpu_topology_and_clocks.py",
+    "tests/unit/study/test_loading.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

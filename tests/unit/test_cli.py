@@ -6,11 +6,6 @@ import subprocess
 import sys
 
 from conftest import REPO
-from specsweep.measure import quiet_host
-
-GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
-
-
 
 # --- manifests and internal errors: never a traceback -----------------------------------------
 
@@ -23,3 +18,11 @@ def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2
     assert "must be a JSON object" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_takes_the_quiet_host_settings_under_their_name_and_the_old_guard_spelling():
+    from specsweep import cli
+
+    for flag in ("--quiet-host", "--guard"):
+        args = cli._parser().parse_args(["run", "--spec", "{}", flag, '{"retry_pause_s": 1}'])
+        assert args.quiet_host == '{"retry_pause_s": 1}' and cli._quiet_host(args).retry_pause_s == 1

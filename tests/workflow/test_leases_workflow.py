@@ -1,4 +1,4 @@
-"""Isolation through the real Snakemake workflow (tests/doubles/fault_server.py as the server): one
+"""Device leases through the real Snakemake workflow (tests/doubles/fault_server.py as the server): one
 measurement at a time per device set across --cores N and across invocations, disjoint GPUs on a
 simulated GPU host, and a result file aggregation refuses is rerun, never summarised."""
 
@@ -18,7 +18,7 @@ import pandas as pd
 from conftest import FAULT_SERVER, finish, run_workflow
 
 # The jobs queued at the lock start up (imports, Snakemake's own work) while another measures:
-# these tests are about who measures when, so the CPU guard is set out of the way here.
+# these tests are about who measures when, so the quiet-host guard is set out of the way here.
 RELAXED = {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0}
 
 
@@ -36,7 +36,7 @@ def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> d
                    # lock, not Snakemake's core count, is what keeps them apart.
                    "threads": 1},
         "grid": {"budget": list(budgets), "tp": list(tps), "context": [16]},
-        "guard": RELAXED,
+        "quiet_host": RELAXED,
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},
             {"name": "medium", "output_tokens": 8, "requests": 2}]},
@@ -90,7 +90,7 @@ def test_jobs_on_a_gpu_host_get_disjoint_gpus_and_run_side_by_side(tmp_path, mon
         log = (tmp_path / "logs/server" / name / "launch1.log").read_text()
         visible = re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log)[-1].split(",")
         result = json.loads((tmp_path / "results/runs" / name / "launch1.json").read_text())
-        assert result["isolation"]["devices"] == visible
+        assert result["lease"]["devices"] == visible
         assert len(visible) == int(name[2])  # tp GPUs, as the name's tp says
         seen[key] = set(visible)
     pairs = overlapping(spans)

@@ -10,7 +10,7 @@ from conftest import REPO
 ANSWERED = {
     "Specify a conda environment or container for each rule.:",
     "Shell command directly uses variable PYTHON from outside of the rule:",
-    "Shell command directly uses variable GUARD from outside of the rule:",
+    "Shell command directly uses variable QUIET_HOST from outside of the rule:",
 }
 
 

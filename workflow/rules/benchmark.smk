@@ -24,7 +24,7 @@ rule run_configuration:
         "{PYTHON} -m specsweep run --spec {params.spec:q} --manifests {input} "
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
-        "--guard {GUARD:q} 2> {log}"
+        "--quiet-host {QUIET_HOST:q} 2> {log}"
 
 
 # Racing (verdict.until_decided): after round r, which configurations are still in some undecided

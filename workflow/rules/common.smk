@@ -39,9 +39,9 @@ except ConfigError as exc:
 #   rule is the specsweep package itself (pyproject.toml, pinned ranges), installed in the
 #   environment that runs Snakemake; the servers it drives are provisioned by rules or given
 #   by the user as commands, so a per-rule conda environment would add nothing.
-# - "Shell command directly uses variable GUARD": deliberate, for the same reason. The guard's
-#   thresholds judge a measurement but do not define it: as a param, tuning them would rerun
-#   every finished configuration.
+# - "Shell command directly uses variable QUIET_HOST": deliberate, for the same reason. The
+#   quiet-host guard's thresholds judge a measurement but do not define it: as a param,
+#   tuning them would rerun every finished configuration.
 PYTHON = sys.executable
 
 # Every job records the exact command it ran under and the study config's hash (provenance).
@@ -50,7 +50,7 @@ os.environ.setdefault(
     provenance.INVOCATION_ENV, shlex.join(["snakemake", *sys.argv[1:]])
 )
 os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
-GUARD = json.dumps(config["guard"], sort_keys=True)
+QUIET_HOST = json.dumps(config["quiet_host"], sort_keys=True)
 
 
 # A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.

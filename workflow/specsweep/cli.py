@@ -103,14 +103,16 @@ def args_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
     parser.add_argument("--attempt", type=int, default=1,
                         help="Snakemake's attempt number; a retry after a deterministic failure is not run")
-    parser.add_argument("--guard", help="the study's guard settings as JSON (default: the study's, or the defaults)")
+    parser.add_argument("--quiet-host", "--guard", dest="quiet_host",
+                        help="the study's quiet_host settings as JSON (default: the study's, or the defaults); "
+                             "--guard is its old spelling")
 
 
 def cmd_run(args) -> int:
     from specsweep.measure.runner import run_configuration, say, secrets
 
     spec, prompt_source = _run_spec(args)
-    guard = _guard(args)
+    settings = _quiet_host(args)
     out = args.out or paths.run_result(spec.name, spec.launch)
     server_log = args.server_log or paths.server_log(spec.name, spec.launch)
     if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
@@ -120,13 +122,13 @@ def cmd_run(args) -> int:
                   f"{previous.reason}; fix it or exclude the configuration")
         return previous.exit_code
     if args.attempt > 1:
-        attempts.settle_after_noisy_host(args.failures_dir, spec, guard, say)
+        attempts.settle_before_retry(args.failures_dir, spec, settings, say)
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     started_at = store.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
-        run_configuration(spec, out=out, server_log=server_log, guard=guard, port=args.port,
+        run_configuration(spec, out=out, server_log=server_log, settings=settings, port=args.port,
                           prompt_source=prompt_source)
         attempts.keep_in_history(spec, out, say)
         return 0
@@ -151,19 +153,19 @@ def cmd_run(args) -> int:
 
 
 
-def _guard(args) -> quiet_host.Guard:
-    """The guard settings: --guard, else the study's (--config), else the schema's defaults."""
-    if args.guard is not None:
+def _quiet_host(args) -> quiet_host.Settings:
+    """The quiet-host settings: --quiet-host, else the study's (--config), else the schema's defaults."""
+    if args.quiet_host is not None:
         try:
-            doc = json.loads(args.guard)
+            doc = json.loads(args.quiet_host)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"--guard is not valid JSON: {exc}") from exc
-        settings = loading.validate_study({"guard": doc})["guard"]
+            raise ConfigError(f"--quiet-host is not valid JSON: {exc}") from exc
+        settings = loading.validate_study({"quiet_host": doc})["quiet_host"]
     elif args.config is not None:
-        settings = loading.load_study(args.config)["guard"]
+        settings = loading.load_study(args.config)["quiet_host"]
     else:
-        settings = loading.validate_study({})["guard"]
-    return quiet_host.Guard(**settings)
+        settings = loading.validate_study({})["quiet_host"]
+    return quiet_host.Settings(**settings)
 
 
 

@@ -134,10 +134,10 @@ class ClientOverload(SpecsweepError):
     transient = True
 
 
-class NoisyHost(SpecsweepError):
+class HostNotQuiet(SpecsweepError):
     """Something else used the machine (or the job's GPUs) during a section: not a result."""
 
-    failure_class = "noisy-host"
+    failure_class = "host-not-quiet"
     exit_code = 18
     advice = (
         "stop the processes the record names, or wait until the host is quiet, then run the same command "
@@ -147,7 +147,7 @@ class NoisyHost(SpecsweepError):
 
 
 class GpuThrottled(SpecsweepError):
-    """A held GPU slowed its clocks for heat or power beyond the guard's share of a section: its
+    """A held GPU slowed its clocks for heat or power beyond the quiet-host guard's share of a section: its
     pace was the GPU's state (a previous job's heat, the chassis's power brake), not the
     configuration's."""
 

@@ -29,7 +29,7 @@ def test_the_default_study_is_ready_on_this_machine(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     names = [line.split()[1] for line in lines[:-1]]
-    assert names == ["server", "model", "guard", "port", "locks", "disk"], lines
+    assert names == ["server", "model", "quiet-host", "port", "locks", "disk"], lines
     assert all(line.startswith("ok  ") for line in lines[:-1]) and "checks passed" in lines[-1]
     assert "embedded llama-server" in lines[0] and "others used" in lines[2]
 

@@ -17,7 +17,8 @@ from specsweep.errors import GpuThrottled
 from specsweep.measure import host_facts, leases, quiet_host
 from specsweep.records import store
 
-GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
+SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
+                               max_gpu_slowed_share=0.05)
 HW_THERMAL, SW_POWER_CAP, IDLE = 0x40, 0x4, 0x1
 
 
@@ -131,13 +132,13 @@ def test_telemetry_keeps_each_gpu_apart_and_rounds_as_documented():
 
 def _check(telemetry: list[dict]) -> None:
     load = {"contended_cores": 0.0, "cpu_s": 0.0, "gpu_processes": [], "gpu_telemetry": telemetry}
-    quiet_host.check("section short", load, GUARD, [100.0], closed_loop=True)
+    quiet_host.check("section short", load, SETTINGS, [100.0], closed_loop=True)
 
 
 def test_a_gpu_slowed_for_heat_beyond_the_share_fails_the_section_and_the_power_cap_does_not():
     with pytest.raises(GpuThrottled, match=r"^section short: GPU 0 ran slowed \(hw_thermal\) in 10% of 10 readings "
                                            r"\(SM clock 1380-1980 MHz, up to 79 C\), above "
-                                           r"guard.max_gpu_slowed_share = 5%"):
+                                           r"quiet_host.max_gpu_slowed_share = 5%"):
         _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 9)))
     _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 19)))  # 5%: at the share, kept
     _check(quiet_host.gpu_telemetry(_readings([SW_POWER_CAP] * 20)))  # the configuration's own draw
@@ -158,7 +159,7 @@ def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_pa
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     assert doc["hardware"]["gpus"][0]["uuid"] == h100(0)["uuid"] and doc["hardware"]["gpu_link"] is None
     for section in doc["sections"]:
-        [gpu] = section["host_load"]["gpu_telemetry"]
+        [gpu] = section["quiet_host"]["gpu_telemetry"]
         assert gpu["gpu"] == "0" and gpu["samples"] >= 2 and gpu["power_capped_share"] == 1.0
         assert gpu["slowed_share"] == 0.0 and gpu["power_w"]["max"] == 700.0 and gpu["reasons"] == ["sw_power_cap"]
 
@@ -194,5 +195,5 @@ def test_the_configuration_page_shows_each_gpus_readings_per_section(nvml, tmp_p
     assert "<td>77</td>" in page and "<td>100%</td>" in page
     cpu = load(tmp_path / "runs" / f"{NAME}.json")
     for section in cpu["sections"]:
-        section["host_load"]["gpu_telemetry"] = []  # what a CPU host or simulated GPUs record
+        section["quiet_host"]["gpu_telemetry"] = []  # what a CPU host or simulated GPUs record
     assert report._gpu_readings(Result.from_json(cpu)) == ""

@@ -20,11 +20,7 @@ import pytest
 
 from conftest import NAME, fault_study, run_cli
 from specsweep.errors import ConfigError, DeviceBusy, PortConflict
-from specsweep.measure import host_facts, leases, quiet_host
-
-GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
-
-
+from specsweep.measure import host_facts, leases
 
 # --- device leases ------------------------------------------------------------------------------
 
@@ -165,7 +161,7 @@ def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, m
     log = (tmp_path / "server.log").read_text()
     assert re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log) == ["2"], log
     doc = json.loads((tmp_path / "runs" / f"{NAME}.json").read_text())
-    assert doc["isolation"]["devices"] == ["2"] and doc["server"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert doc["lease"]["devices"] == ["2"] and doc["server"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):

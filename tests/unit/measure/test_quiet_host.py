@@ -14,11 +14,12 @@ import types
 import pytest
 
 from conftest import NAME, fault_study, run_cli
-from specsweep.errors import NoisyHost
+from specsweep.errors import HostNotQuiet
 from specsweep.measure import quiet_host
 from specsweep.records import store
 
-GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
+SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
+                               max_gpu_slowed_share=0.05)
 
 
 
@@ -53,19 +54,19 @@ def _load(cores: float, wall: float = 2.0, gpu=(), waited: float | None = None) 
             "gpu_processes": list(gpu)}
 
 
-def test_guard_fails_a_section_above_its_threshold_and_passes_one_below():
-    with pytest.raises(NoisyHost, match=r"0\.60 cores.*hog.*max_foreign_cores"):
-        quiet_host.check("section medium", _load(0.6), GUARD, [100.0, 101.0], closed_loop=True)
-    quiet_host.check("section medium", _load(0.2), GUARD, [100.0, 101.0], closed_loop=True)
+def test_quiet_host_fails_a_section_above_its_threshold_and_passes_one_below():
+    with pytest.raises(HostNotQuiet, match=r"0\.60 cores.*hog.*max_foreign_cores"):
+        quiet_host.check("section medium", _load(0.6), SETTINGS, [100.0, 101.0], closed_loop=True)
+    quiet_host.check("section medium", _load(0.2), SETTINGS, [100.0, 101.0], closed_loop=True)
     # Below the clock-tick floor a figure is resolution, not load: 0.04 CPU-s in a 40 ms section.
-    quiet_host.check("section short", _load(1.0, wall=0.04), GUARD, [100.0], closed_loop=True)
+    quiet_host.check("section short", _load(1.0, wall=0.04), SETTINGS, [100.0], closed_loop=True)
 
 
 def test_others_busy_while_the_server_never_waited_is_no_contention():
     """A 64-core host: daemons used 0.6 cores, the server found a CPU every time it was runnable."""
-    quiet_host.check("section medium", _load(0.6, waited=0.01), GUARD, [100.0, 101.0], closed_loop=True)
-    with pytest.raises(NoisyHost, match=r"took 0\.40 cores from the server \(the server waited for a CPU 0\.40"):
-        quiet_host.check("section medium", _load(0.6, waited=0.4), GUARD, [100.0, 101.0], closed_loop=True)
+    quiet_host.check("section medium", _load(0.6, waited=0.01), SETTINGS, [100.0, 101.0], closed_loop=True)
+    with pytest.raises(HostNotQuiet, match=r"took 0\.40 cores from the server \(the server waited for a CPU 0\.40"):
+        quiet_host.check("section medium", _load(0.6, waited=0.4), SETTINGS, [100.0, 101.0], closed_loop=True)
 
 
 def test_contention_is_the_smaller_of_the_servers_waiting_and_the_others_load_on_its_cpus():
@@ -122,14 +123,15 @@ def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
             proc.wait()
 
 
-def test_guard_catches_closed_loop_repeats_that_disagree():
-    with pytest.raises(NoisyHost, match="spread of 86%"):
-        quiet_host.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=True)
-    quiet_host.check("section long", _load(0.0), GUARD, [100.0, 40.0], closed_loop=False)  # open loop: arrivals differ
-    quiet_host.check("section long", _load(0.0), GUARD, [100.0, 80.0], closed_loop=True)
+def test_quiet_host_catches_closed_loop_repeats_that_disagree():
+    with pytest.raises(HostNotQuiet, match="spread of 86%"):
+        quiet_host.check("section long", _load(0.0), SETTINGS, [100.0, 40.0], closed_loop=True)
+    # open loop: arrivals differ
+    quiet_host.check("section long", _load(0.0), SETTINGS, [100.0, 40.0], closed_loop=False)
+    quiet_host.check("section long", _load(0.0), SETTINGS, [100.0, 80.0], closed_loop=True)
 
 
-def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
+def test_quiet_host_fails_on_another_visible_process_on_our_gpus(monkeypatch):
     """NVML mocked at its boundary: one process of ours, one stranger, one pid from another namespace."""
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -141,30 +143,34 @@ def test_guard_fails_on_another_visible_process_on_our_gpus(monkeypatch):
         monkeypatch.setitem(sys.modules, "pynvml", fake)
         found = quiet_host.gpu_foreign(("1",), own={os.getpid()})
         assert [(p["pid"], p["visible"]) for p in found] == [(stranger.pid, True), (4_000_000, False)]
-        with pytest.raises(NoisyHost, match=f"pid {stranger.pid} on GPU 1"):
-            quiet_host.check("section short", _load(0.0, gpu=found), GUARD, [1.0], closed_loop=True)
-        quiet_host.check("section short", _load(0.0, gpu=found[1:]), GUARD, [1.0], closed_loop=True)  # unresolvable pid
+        with pytest.raises(HostNotQuiet, match=f"pid {stranger.pid} on GPU 1"):
+            quiet_host.check("section short", _load(0.0, gpu=found), SETTINGS, [1.0], closed_loop=True)
+        # an unresolvable pid
+        quiet_host.check("section short", _load(0.0, gpu=found[1:]), SETTINGS, [1.0], closed_loop=True)
     finally:
         stranger.kill()
         stranger.wait()
 
 
-def test_a_noisy_host_retry_waits_before_it_launches(tmp_path, model):
+def test_a_retry_after_a_host_not_quiet_failure_waits_before_it_launches(tmp_path, model):
     folder = tmp_path / "failures" / NAME
     folder.mkdir(parents=True)
-    (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps({"class": "noisy-host", "transient": True}))
+    # A record written before the class was renamed (failure schema 1): read as host-not-quiet.
+    old = {"class": "noisy-host", "transient": True}
+    (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps(old))
     t0 = time.monotonic()
-    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--guard", json.dumps({"retry_pause_s": 1.5}))
+    pause = json.dumps({"retry_pause_s": 1.5})
+    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--quiet-host", pause)
     assert rc == 0, err
     assert "found the host busy: waiting 1.5 s" in err and time.monotonic() - t0 >= 1.5
 
 
-def test_result_records_the_guard_figures(tmp_path, model):
+def test_result_records_the_quiet_host_figures(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01))
     assert rc == 0, err
     doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
-    assert doc["isolation"]["devices"] == ["host"] and doc["isolation"]["guard"]["max_foreign_cores"] == 0.25
+    assert doc["lease"]["devices"] == ["host"] and doc["quiet_host"]["max_foreign_cores"] == 0.25
     for section in doc["sections"]:
-        load = section["host_load"]
+        load = section["quiet_host"]
         assert load["cores"] is not None and load["cores"] <= 0.25 and load["max_cores"] == 0.25
         assert section["started_at"] < section["finished_at"]

@@ -2,6 +2,7 @@
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,52 @@ def test_failure_records_accumulate_and_latest_wins(tmp_path, spec):
     written = json.loads(next((tmp_path / spec.name).iterdir()).read_text())
     assert written["schema"] == "specsweep.failure" and written["class"] == "server-died"
     assert store.Failure.from_json(written).to_json() == written  # one reader and one writer, round trip
+
+
+# --- the quiet-host guard's one name: older documents read under it ----------------------------
+
+def _as_version_4(doc: dict) -> dict:
+    """A version-5 document as version 4 wrote it: isolation (with guard) and sections' host_load."""
+    old = {k: v for k, v in doc.items() if k not in ("lease", "quiet_host")}
+    old["schema_version"] = 4
+    old["isolation"] = {**doc["lease"], "guard": doc["quiet_host"]}
+    old["sections"] = [{("host_load" if k == "quiet_host" else k): v for k, v in s.items()} for s in doc["sections"]]
+    return old
+
+
+def test_a_version_4_result_is_read_under_the_quiet_host_names_with_its_figures_unchanged(spec):
+    doc = result_doc(spec)
+    doc["lease"] = {"devices": ["host"], "waited_s": 0.5, "port": 8080, "lock_dir": "/tmp/l"}
+    doc["quiet_host"] = {"max_foreign_cores": 0.25, "max_repeat_spread": 0.5, "retry_pause_s": 30,
+                         "max_gpu_slowed_share": 0.05}
+    for n, section in enumerate(doc["sections"]):
+        section["quiet_host"] = {"cpu_s": 0.01 * n, "contended_cores": 0.001 * n, "gpu_telemetry": []}
+    assert store.Result.from_json(copy.deepcopy(doc)).to_json() == doc  # version 5 as it is
+    old = _as_version_4(doc)
+    assert "host_load" in old["sections"][0] and "guard" in old["isolation"]
+    read = store.Result.from_json(old).to_json()
+    assert read == doc  # the same document, under the new names and version
+
+
+def test_a_version_3_result_of_main_at_3546885_reads_its_lease_and_quiet_host_figures():
+    path = Path(__file__).parents[2] / "data/results-3546885/results/runs/tp1-b0-ctx64.json"
+    raw = json.loads(path.read_text())
+    result = store.Result.from_json(copy.deepcopy(raw))
+    assert result.quiet_host == raw["isolation"]["guard"] and result.quiet_host["max_foreign_cores"] == 0.25
+    assert result.lease == {k: v for k, v in raw["isolation"].items() if k != "guard"} and result.lease["devices"]
+    for section, before in zip(result.sections, raw["sections"]):
+        assert section["quiet_host"] == before["host_load"] and "host_load" not in section
+
+
+def test_a_failure_record_of_the_old_class_name_is_read_under_the_new_one(tmp_path, spec):
+    from specsweep import errors
+    from specsweep.records import failure
+
+    old = {"schema": "specsweep.failure", "schema_version": 1, "name": spec.name, "class": "noisy-host",
+           "exit_code": 18, "transient": True, "reason": "other processes took 0.9 cores"}
+    record = store.Failure.from_json(old)
+    assert record.failure_class == errors.HostNotQuiet.failure_class == "host-not-quiet"
+    assert record.to_json()["schema_version"] == 2 and record.to_json()["class"] == "host-not-quiet"
+    # Every rename leads to a class errors.py raises today, under the exit code it had.
+    classes = {c.failure_class: c.exit_code for c in errors.classes()}
+    assert set(failure.RENAMED_CLASSES.values()) <= set(classes) and classes["host-not-quiet"] == 18

@@ -318,8 +318,8 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": [
             {"name": "short", "output_tokens": 16, "requests": 2},
             {"name": "long", "output_tokens": 48, "requests": 1}]},
-        # These tests are about the wire format; the guard has tests of its own (test_quiet_host.py).
-        "guard": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
+        # These tests are about the wire format; the quiet-host guard has tests of its own (test_quiet_host.py).
+        "quiet_host": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -348,9 +348,9 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
     # proposes verify_ct x 3, as spec_decoding_meta.py does).
     assert doc["server"]["budget"]["flag"] == "--speculative-num-draft-tokens"
     assert doc["server"]["budget"]["drafts_per_step"] == 3
-    assert len(doc["isolation"]["devices"]) == 2 and doc["hardware"]["gpu_count"] == 2
+    assert len(doc["lease"]["devices"]) == 2 and doc["hardware"]["gpu_count"] == 2
     log = (tmp_path / "tp2-b4-ctx64.log").read_text()
-    assert f"CUDA_VISIBLE_DEVICES={','.join(doc['isolation']['devices'])}" in log
+    assert f"CUDA_VISIBLE_DEVICES={','.join(doc['lease']['devices'])}" in log
     assert "SGLANG_DDTREE_MAX_TOPK=8" in log and doc["server"]["env"]["SGLANG_DDTREE_MAX_TOPK"] == "8"
     for section, asked in zip(doc["sections"], doc["spec"]["sections"]):
         records = section["records"]

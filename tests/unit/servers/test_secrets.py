@@ -7,13 +7,8 @@ import pytest
 
 from conftest import NAME, fault_study, run_cli
 from specsweep.errors import ConfigError
-from specsweep.measure import quiet_host
 from specsweep.records import store
 from specsweep.servers import templates
-
-GUARD = quiet_host.Guard(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0, max_gpu_slowed_share=0.05)
-
-
 
 # --- secrets and exposure ---------------------------------------------------------------------
 

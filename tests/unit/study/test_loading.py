@@ -101,3 +101,17 @@ def test_exclusion_rules_match_every_named_axis():
     assert reasons["tp2-b8-ctx128"] == "CUDA illegal instruction on SM120"
     assert reasons["tp2-b12-ctx128"] == "CUDA illegal instruction on SM120"
     assert reasons["tp1-b8-ctx128"] is None and reasons["tp2-b0-ctx128"] is None
+
+
+def test_a_study_written_with_the_old_guard_key_is_read_as_quiet_host_with_a_note(capsys):
+    cfg = study.validate_study({"guard": {"max_foreign_cores": 0.5}})
+    assert "guard" not in cfg and cfg["quiet_host"]["max_foreign_cores"] == 0.5
+    assert cfg["quiet_host"]["retry_pause_s"] == 30  # the rest from the schema's defaults
+    assert "guard: is now called quiet_host:" in capsys.readouterr().err
+    assert study.validate_study({"quiet_host": {"max_foreign_cores": 0.5}}) == cfg  # the same study
+    assert capsys.readouterr().err == ""
+
+
+def test_a_study_that_spells_the_quiet_host_key_both_ways_is_refused():
+    with pytest.raises(ConfigError, match="both guard: and quiet_host:.*keep quiet_host: alone"):
+        study.validate_study({"guard": {"max_foreign_cores": 0.5}, "quiet_host": {"max_foreign_cores": 1.0}})

@@ -235,13 +235,13 @@ def _measured(results: list[Result], rows: pd.DataFrame) -> str:
 
 
 def _gpu_readings(result: Result) -> str:
-    """Each held GPU's clocks, heat and power per section (host_load.gpu_telemetry), where NVML read them."""
+    """Each held GPU's clocks, heat and power per section (quiet_host.gpu_telemetry), where NVML read them."""
     rows = [{"section": s["name"], "load": s["load"], "gpu": g["gpu"], "readings": g["samples"],
              "SM MHz min": g["sm_clock_mhz"]["min"], "SM MHz mean": g["sm_clock_mhz"]["mean"],
              "max C": g["temperature_c_max"], "W mean": g["power_w"]["mean"], "W max": g["power_w"]["max"],
              "slowed": f"{g['slowed_share']:.0%}", "power-capped": f"{g['power_capped_share']:.0%}",
              "reasons": ", ".join(g["reasons"]) or "-"}
-            for s in result.sections for g in (s.get("host_load") or {}).get("gpu_telemetry") or []]
+            for s in result.sections for g in (s.get("quiet_host") or {}).get("gpu_telemetry") or []]
     if not rows:
         return ""
     return (f"<h2>GPUs per section (NVML, every {quiet_host.SAMPLE_EVERY_S:g} s)</h2>"

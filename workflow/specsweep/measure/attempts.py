@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from specsweep.errors import ConfigError, GpuThrottled, NoisyHost, SpecsweepError
+from specsweep.errors import ConfigError, GpuThrottled, HostNotQuiet, SpecsweepError
 from specsweep.measure import quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
@@ -28,14 +28,14 @@ def deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
     return None
 
 
-def settle_after_noisy_host(failures_dir: Path, spec: RunSpec, guard: quiet_host.Guard, say) -> None:
-    """A retry after a noisy-host (or gpu-throttled) failure gives the host time to quiet down
+def settle_before_retry(failures_dir: Path, spec: RunSpec, settings: quiet_host.Settings, say) -> None:
+    """A retry after a host-not-quiet (or gpu-throttled) failure gives the host time to quiet down
     (or the GPU to cool) first."""
     latest = store.latest_failure(failures_dir, spec.name)
-    if latest is not None and latest.failure_class in (NoisyHost.failure_class, GpuThrottled.failure_class):
-        say(spec, f"the last attempt found the host busy: waiting {guard.retry_pause_s:g} s before this one",
+    if latest is not None and latest.failure_class in (HostNotQuiet.failure_class, GpuThrottled.failure_class):
+        say(spec, f"the last attempt found the host busy: waiting {settings.retry_pause_s:g} s before this one",
             terminal=True)
-        time.sleep(guard.retry_pause_s)
+        time.sleep(settings.retry_pause_s)
 
 
 def check_same_study(spec: RunSpec, runs_dir: Path) -> None:

@@ -45,7 +45,7 @@ def run_checks(config: dict, *, results: Path = Path("results"), idle_s: float =
     checks = [server_check(config, backend), model_check(config, backend)]
     if config["server"]["gpu"]:
         checks.append(gpu_check(max(config["grid"]["tp"])))
-    checks += [guard_check(config, idle_s), port_check(), lock_check(), disk_check(config, results)]
+    checks += [quiet_host_check(config, idle_s), port_check(), lock_check(), disk_check(config, results)]
     return checks
 
 
@@ -99,7 +99,7 @@ def gpu_check(tp: int) -> Check:
     return Check("gpus", True, f"{len(gpus)} GPU(s): {shown}; {free} free; largest tp {tp}{topology}")
 
 
-def guard_check(config: dict, idle_s: float) -> Check:
+def quiet_host_check(config: dict, idle_s: float) -> Check:
     """Others' load on the idle host, against the cores the server would leave them."""
     before = quiet_host.snapshot()
     time.sleep(idle_s)
@@ -107,13 +107,13 @@ def guard_check(config: dict, idle_s: float) -> Check:
                                   own={os.getpid()} | quiet_host.ours(os.getpid()), wall_s=idle_s)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     spare = max(0.0, cores - config["server"]["threads"] - 1)  # the server's threads and the harness
-    limit = config["guard"]["max_foreign_cores"] + spare
+    limit = config["quiet_host"]["max_foreign_cores"] + spare
     top = ", ".join(f"{p['name']} {p['cpu_s']:.2f} s" for p in load["top"]) or "nothing"
     detail = f"others used {load['cores']:.2f} cores over {idle_s:g} s on {cores} ({top})"
     if load["cores"] > limit:
-        return Check("guard", False, detail + f", more than the {spare:g} the server would leave idle",
-                     "stop them or wait: sections beside them would fail as noisy-host")
-    return Check("guard", True, detail)
+        return Check("quiet-host", False, detail + f", more than the {spare:g} the server would leave idle",
+                     "stop them or wait: sections beside them would fail as host-not-quiet")
+    return Check("quiet-host", True, detail)
 
 
 def port_check() -> Check:

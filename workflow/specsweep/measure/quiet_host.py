@@ -15,10 +15,10 @@ Per section the guard measures
 
 and counts as contended the smaller of the two: the server waited, and others ran where it could
 have. Without schedstat, the others' load on the server's CPUs beyond the cores the server and
-the harness left idle. Above guard.max_foreign_cores the section fails as noisy-host. GPUs: other
+the harness left idle. Above quiet_host.max_foreign_cores the section fails as host-not-quiet. GPUs: other
 processes that NVML lists on the job's GPUs; and each held GPU's clocks, heat, power and NVML
 clock-event reasons, read through the section, failing it as gpu-throttled when heat or a power
-brake slowed a GPU in more than guard.max_gpu_slowed_share of the readings. Every figure goes into
+brake slowed a GPU in more than quiet_host.max_gpu_slowed_share of the readings. Every figure goes into
 the result either way.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from specsweep.errors import GpuThrottled, NoisyHost
+from specsweep.errors import GpuThrottled, HostNotQuiet
 from specsweep.measure import host_facts
 
 Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent pid])
@@ -43,8 +43,8 @@ FLOOR_CPU_S = 0.05
 
 
 @dataclass(frozen=True)
-class Guard:
-    """The study's guard settings (``guard:`` in the config)."""
+class Settings:
+    """The study's quiet-host settings (``quiet_host:`` in the config)."""
 
     max_foreign_cores: float
     max_repeat_spread: float
@@ -278,8 +278,8 @@ def gpu_telemetry(samples: list[dict]) -> list[dict]:
 class SectionWatch:
     """Measure the rest of the machine and the server's waiting around one section; judge it."""
 
-    def __init__(self, guard: Guard, own_pids, gpus: tuple[str, ...] = (), server_pids=None):
-        self.guard = guard
+    def __init__(self, settings: Settings, own_pids, gpus: tuple[str, ...] = (), server_pids=None):
+        self.settings = settings
         self.own_pids = own_pids  # a callable: the server tree changes while it runs
         self.server_pids = server_pids or own_pids  # the server's tree alone, for its waiting
         self.gpus = gpus
@@ -311,7 +311,7 @@ class SectionWatch:
         doc["cpu_pressure_share"] = (round((pressure - self.pressure_before) / wall_s, 4)
                                      if pressure is not None and self.pressure_before is not None and wall_s > 0
                                      else None)
-        doc["max_cores"] = self.guard.max_foreign_cores
+        doc["max_cores"] = self.settings.max_foreign_cores
         doc["gpu_processes"] = gpu_foreign(self.gpus, own)
         doc["gpu_telemetry"] = self.sampler.stop()
         return doc
@@ -328,39 +328,39 @@ def server_cpus(pids: set[int]) -> set[int] | None:
     return cpus or None
 
 
-def check(where: str, load: dict, guard: Guard, repeats_tok_s: list[float], closed_loop: bool) -> None:
-    """Raise NoisyHost when the section was not measured alone or its repeats disagree.
+def check(where: str, load: dict, settings: Settings, repeats_tok_s: list[float], closed_loop: bool) -> None:
+    """Raise HostNotQuiet when the section was not measured alone or its repeats disagree.
 
     ``where`` begins each message ("section chat at c2", "search step 3"); the record's section
     is the runner's phase, as for every failure inside it."""
     contended = load["contended_cores"]
-    if contended is not None and contended > guard.max_foreign_cores and load["cpu_s"] > FLOOR_CPU_S:
+    if contended is not None and contended > settings.max_foreign_cores and load["cpu_s"] > FLOOR_CPU_S:
         top = ", ".join(f"{p['name']} (pid {p['pid']}) {p['cpu_s']:.1f} s" for p in load["top"])
         waited = (f"the server waited for a CPU {load['server_wait_cores']:.2f} cores-worth"
                   if load["server_wait_cores"] is not None else "the server's cores had none idle")
-        raise NoisyHost(
+        raise HostNotQuiet(
             f"{where}: other processes took {contended:.2f} cores from the server ({waited}, while "
             f"they used {load['cores_on_server_cpus']:.2f} cores where it runs; {load['cpu_s']:.1f} CPU-s in all: "
-            f"{top}), above guard.max_foreign_cores = {guard.max_foreign_cores:g}; stop them, pin them to other "
-            f"cores, or wait for a quiet host")
+            f"{top}), above quiet_host.max_foreign_cores = {settings.max_foreign_cores:g}; stop them, pin them to "
+            f"other cores, or wait for a quiet host")
     visible = [p for p in load["gpu_processes"] if p["visible"]]
     if visible:
-        raise NoisyHost(f"{where}: other processes on the job's GPUs: "
+        raise HostNotQuiet(f"{where}: other processes on the job's GPUs: "
                         + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible))
     for gpu in load.get("gpu_telemetry") or []:
-        if gpu["slowed_share"] > guard.max_gpu_slowed_share:
+        if gpu["slowed_share"] > settings.max_gpu_slowed_share:
             slowed = [r for r in gpu["reasons"] if r in host_facts.clock_events(host_facts.SLOWED)]
             raise GpuThrottled(
                 f"{where}: GPU {gpu['gpu']} ran slowed ({', '.join(slowed)}) in {gpu['slowed_share']:.0%} of "
                 f"{gpu['samples']} readings (SM clock {gpu['sm_clock_mhz']['min']}-{gpu['sm_clock_mhz']['max']} "
-                f"MHz, up to {gpu['temperature_c_max']} C), above guard.max_gpu_slowed_share = "
-                f"{guard.max_gpu_slowed_share:.0%}: its pace was the GPU's state, not the configuration's")
+                f"MHz, up to {gpu['temperature_c_max']} C), above quiet_host.max_gpu_slowed_share = "
+                f"{settings.max_gpu_slowed_share:.0%}: its pace was the GPU's state, not the configuration's")
     spread = repeat_spread(repeats_tok_s)
-    if closed_loop and spread is not None and spread > guard.max_repeat_spread:
-        raise NoisyHost(
+    if closed_loop and spread is not None and spread > settings.max_repeat_spread:
+        raise HostNotQuiet(
             f"{where}: its repeats ran at {min(repeats_tok_s):.1f}-{max(repeats_tok_s):.1f} tok/s, "
-            f"a spread of {spread:.0%} of their mean, above guard.max_repeat_spread = "
-            f"{guard.max_repeat_spread:.0%}: something else changed the pace")
+            f"a spread of {spread:.0%} of their mean, above quiet_host.max_repeat_spread = "
+            f"{settings.max_repeat_spread:.0%}: something else changed the pace")
 
 
 def repeat_spread(values: list[float]) -> float | None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from specsweep import __version__
 from specsweep.errors import ClientOverload, ConfigError, InvalidResponse, PromptReused, SpecsweepError
 from specsweep.measure import client, goodput, host_facts, leases, provenance, quiet_host, section_stats, workload
-from specsweep.measure.quiet_host import Guard
 from specsweep.records import paths
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
@@ -105,8 +104,8 @@ def model_facts(path: str) -> dict:
     return facts
 
 
-def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guard, port: int | None = None,
-                      prompt_source: dict | None = None) -> dict:
+def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: quiet_host.Settings,
+                      port: int | None = None, prompt_source: dict | None = None) -> dict:
     """Measure one configuration and write its result; raise a typed error on any failure.
 
     ``prompt_source``: the manifest of the provisioned prompt set (spec.prompt_set), if it uses one.
@@ -139,12 +138,13 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, guard: Guar
             say(spec, f"ready after {startup_s:.1f} s")
             facts = backend.facts(server.base_url, spec, headers=server.headers)
             backend.check_context(spec, facts)
-            measured = _measure(spec, server, guard, lease.gpus, prompt_source)
-        isolation = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
-                     "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
-                     "lock_dir": str(leases.lock_dir()), "guard": asdict(guard)}
+            measured = _measure(spec, server, settings, lease.gpus, prompt_source)
+        held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
+                "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
+                "lock_dir": str(leases.lock_dir())}
         result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
-                              startup_s=startup_s, job_s=time.monotonic() - t_job, isolation=isolation,
+                              startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
+                              quiet_host=asdict(settings),
                               hardware=hw, env=templates.redact_env(server.env, secrets(spec)),
                               provenance=provenance.collect(secrets(spec)))
         doc = result.to_json()
@@ -202,7 +202,7 @@ def _phase(name: str):
         raise
 
 
-def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...],
+def _measure(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
              prompt_source: dict | None) -> dict:
     with _phase("prompts"):
         prompts = workload.make_prompts(server, spec, prompt_source)
@@ -221,20 +221,20 @@ def _measure(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
-            watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+            watch = quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
                                             server_pids=server.tree_pids)
             sections.append(_run_one_section(spec, server, section, plan, seen, watch))
-    search = _search_goodput(spec, server, guard, gpus, plan, seen) if spec.objective else None
+    search = _search_goodput(spec, server, settings, gpus, plan, seen) if spec.objective else None
     return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections,
             "search": search}
 
 
-def _search_goodput(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tuple[str, ...],
+def _search_goodput(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
                     plan: workload.PromptPlan, seen: dict[str, str]) -> dict:
     """The highest request rate within the objective, on this launch (goodput.Search).
 
     Each step is a section of its own: fresh prompts, the liveness checks, counters, schedule
-    and guard exactly as for the study's sections, so a step the client could not schedule fails
+    and quiet-host guard exactly as for the study's sections, so a step the client could not schedule fails
     the configuration (client-overload) and a death or hang fails it as anywhere else. Steps put
     no cap on requests in flight: past its capacity the server queues, and the latency shows it.
     """
@@ -244,7 +244,7 @@ def _search_goodput(spec: RunSpec, server: ServerProcess, guard: Guard, gpus: tu
         step = replace(shape, request_rate=rate, concurrency=shape.requests)
         say(spec, f"search step {number}: {rate:.4g} req/s ({step.requests} x {step.output_tokens} tokens)")
         with _phase(f"search step {number}"):
-            watch = quiet_host.SectionWatch(guard, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+            watch = quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
                                             server_pids=server.tree_pids)
             docs[rate] = _run_one_section(spec, server, step, plan, seen, watch, repeats=1,
                                           arrival=spec.objective.arrival, title=f"search step {number}")
@@ -316,14 +316,14 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     stats = section_stats.section_metrics(runs, delta, server.backend)
     _check_counters(label, stats, server.backend.token_counter)
     _check_schedule(spec, label, stats)
-    quiet_host.check(label, load, watch.guard, stats["output_tok_s_repeats"],
+    quiet_host.check(label, load, watch.settings, stats["output_tok_s_repeats"],
                    closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
                  if repeats > 1 else ""))
     say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores and took "
-              f"{load['contended_cores'] or 0.0:.3f} from the server (guard {watch.guard.max_foreign_cores:g})")
-    return {"name": section.name, **asdict(section), "load": section.load, **stats, "host_load": load,
+              f"{load['contended_cores'] or 0.0:.3f} from the server (at most {watch.settings.max_foreign_cores:g})")
+    return {"name": section.name, **asdict(section), "load": section.load, **stats, "quiet_host": load,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
 
@@ -370,8 +370,8 @@ def record_doc(record: RequestRecord) -> dict:
 
 
 def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
-                 isolation: dict | None = None, hardware: dict | None = None, env: dict | None = None,
-                 provenance: dict | None = None) -> Result:
+                 lease: dict | None = None, quiet_host: dict | None = None, hardware: dict | None = None,
+                 env: dict | None = None, provenance: dict | None = None) -> Result:
     """The result document of one measured configuration."""
     sections = measured["sections"]
     return Result(
@@ -396,7 +396,8 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, starte
         started_at=started_at,
         finished_at=utc_now(),
         timing={"startup_s": startup_s, "job_s": job_s, "sections_s": sum(s["wall_s"] for s in sections)},
-        isolation=isolation,
+        lease=lease,
+        quiet_host=quiet_host,
         warmup=measured["warmup"],
         prompts=measured["prompts"],
         sections=sections,

@@ -5,9 +5,12 @@ exit code, whether it is transient (retried) or deterministic (refused on the re
 the server's log signature and the lines that show it, where and when. Aggregation, the report,
 the retry policy and the exclusion offer all read it through the fields below.
 
-Schema history (``schema_version``): 1 - as below; ``compute_capability`` (where it failed, for
-exclusions) was added without a version change and is None in records that lack it, and a record
-without ``transient`` is read as transient (never taken for deterministic).
+Schema history (``schema_version``):
+  1 - as below; ``compute_capability`` (where it failed, for exclusions) was added without a
+      version change and is None in records that lack it, and a record without ``transient`` is
+      read as transient (never taken for deterministic).
+  2 - the class ``noisy-host`` is called ``host-not-quiet`` (the quiet-host guard's one name); a
+      version-1 record of that class is read as the new one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 SCHEMA = "specsweep.failure"
-VERSION = 1
+VERSION = 2
+# Failure classes renamed since version 1: old name -> the name errors.py gives it now.
+RENAMED_CLASSES = {"noisy-host": "host-not-quiet"}
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Failure:
         """A record as written by any specsweep (see the schema history above)."""
         known = {f.name for f in fields(cls)}
         body = {k: v for k, v in doc.items() if k in known}
-        body["failure_class"] = doc.get("class", "unknown")
+        body["failure_class"] = RENAMED_CLASSES.get(doc.get("class"), doc.get("class", "unknown"))
         body.setdefault("exit_code", 1)
         for key in ("name", "reason", "started_at", "failed_at"):
             body.setdefault(key, "")

@@ -18,6 +18,10 @@ Schema history (``schema_version``):
       the goodput search under ``spec.objective`` (its steps, each a section document of its own,
       the sustained rate and the goodput). Older files have no search, and their sections' load
       is read from their concurrency and request_rate.
+  5 - the quiet-host guard has one name: each section's figures (``host_load`` before) and the
+      study's settings (``isolation.guard`` before) are both ``quiet_host``, and what the lease
+      held (devices, ports, the wait; the rest of ``isolation``) is ``lease``. Older files are
+      renamed on read, figures unchanged.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ SCHEMA = "specsweep.result"
 # share; the rest (study, server version, host class) is what a comparison is for. Within one
 # study's summary every key must be equal.
 ACROSS_STUDIES = ("model",)
-VERSION = 4
-READS = (1, 2, 3, 4)
+VERSION = 5
+READS = (1, 2, 3, 4, 5)
 
 
 class InvalidResult(ValueError):
@@ -54,7 +58,8 @@ class Result:
     warmup: dict
     prompts: dict
     sections: list[dict]
-    isolation: dict | None = None
+    lease: dict | None = None  # what the device lease held: devices, ports, how long it waited
+    quiet_host: dict | None = None  # the quiet-host settings the sections were judged by
     hardware: dict | None = None
     provenance: dict = field(default_factory=dict)
     search: dict | None = None  # the goodput search (spec.objective), from version 4
@@ -84,8 +89,10 @@ class Result:
         if version in (1, 2, 3) and isinstance(body.get("sections"), list):
             body = {**body, "sections": [{**sec, "load": _load_of(sec)} if isinstance(sec, dict) else sec
                                          for sec in body["sections"]]}
-        missing = sorted(n for n in names if n not in body and n not in ("isolation", "hardware", "provenance",
-                                                                          "search"))
+        if version in (1, 2, 3, 4):
+            body = _one_quiet_host_name(body)
+        missing = sorted(n for n in names if n not in body and n not in ("lease", "quiet_host", "hardware",
+                                                                          "provenance", "search"))
         if missing:
             raise InvalidResult(f"result lacks {', '.join(missing)}")
         result = cls(**{k: v for k, v in body.items() if k in names})
@@ -192,6 +199,27 @@ class Result:
             "host class": f"{self.host.get('machine')} / {hw.get('cpu_model', '?')} x{hw.get('logical_cores', '?')}"
                           + (f" / {gpus}" if gpus else ""),
         }
+
+
+def _one_quiet_host_name(body: dict) -> dict:
+    """Version 5's names for a version 1-4 body: ``isolation`` split into ``lease`` and the
+    ``quiet_host`` settings, and every section's (search steps' too) ``host_load`` as ``quiet_host``."""
+    def renamed(sections):
+        if not isinstance(sections, list):
+            return sections
+        return [{("quiet_host" if k == "host_load" else k): v for k, v in sec.items()} if isinstance(sec, dict)
+                else sec for sec in sections]
+
+    held = body.get("isolation")
+    out = {k: v for k, v in body.items() if k != "isolation"}
+    if isinstance(held, dict):
+        out["lease"] = {k: v for k, v in held.items() if k != "guard"}
+        out["quiet_host"] = held.get("guard")
+    if "sections" in body:
+        out["sections"] = renamed(body["sections"])
+    if isinstance(body.get("search"), dict):
+        out["search"] = {**body["search"], "sections": renamed(body["search"].get("sections"))}
+    return out
 
 
 def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:

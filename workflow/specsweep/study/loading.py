@@ -6,6 +6,7 @@ in a second with one line that names the key and the fix, before any server star
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -26,10 +27,17 @@ def schema_path() -> Path:
     return Path(str(resources.files("specsweep.schemas").joinpath("config.schema.yaml")))
 
 
+# Keys a study may still spell the old way: old name -> new name. Read as the new one, with a
+# note on stderr, so a study written for an older specsweep plans the same jobs.
+RENAMED_KEYS = {"guard": "quiet_host"}
+
+
 def validate_study(config: dict) -> dict:
     """Validate against the schema and fill in defaults (in place); return the config."""
     from snakemake.utils import validate  # the same validator the Snakefile uses
 
+    for note in migrate_study(config):
+        print(f"specsweep: {note}", file=sys.stderr)
     try:
         validate(config, str(schema_path()), set_default=True)
     except Exception as exc:  # snakemake wraps jsonschema's error in a WorkflowError
@@ -37,6 +45,20 @@ def validate_study(config: dict) -> dict:
     apply_backend_defaults(config)
     check_study(config)
     return config
+
+
+def migrate_study(config: dict) -> list[str]:
+    """Rename the old spellings of RENAMED_KEYS in place; a note per key renamed. A study that
+    spells one key both ways is refused: which of the two it means cannot be told."""
+    notes = []
+    for old, new in RENAMED_KEYS.items():
+        if old not in config:
+            continue
+        if new in config:
+            raise ConfigError(f"the study sets both {old}: and {new}: (its new name); keep {new}: alone")
+        config[new] = config.pop(old)
+        notes.append(f"the study's {old}: is now called {new}: (read as such; rename it to silence this)")
+    return notes
 
 
 def apply_backend_defaults(config: dict) -> None:

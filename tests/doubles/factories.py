@@ -45,3 +45,18 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
                 "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}
     return runner.build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
                                started_at="t0", startup_s=1.0, job_s=2.0).to_json()
+
+
+def as_version_4(doc: dict) -> dict:
+    """A version-5 result document as version 4 wrote it: the lease and quiet-host settings as
+    ``isolation`` (settings under ``guard``), each section's (search steps' too) figures as ``host_load``."""
+    def old(sections: list[dict]) -> list[dict]:
+        return [{("host_load" if k == "quiet_host" else k): v for k, v in s.items()} for s in sections]
+
+    out = {k: v for k, v in doc.items() if k not in ("lease", "quiet_host")}
+    held = None if doc["lease"] is None and doc["quiet_host"] is None else {**(doc["lease"] or {}),
+                                                                             "guard": doc["quiet_host"]}
+    out.update(schema_version=4, isolation=held, sections=old(doc["sections"]))
+    if doc.get("search"):
+        out["search"] = {**doc["search"], "sections": old(doc["search"]["sections"])}
+    return out

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from conftest import NAME, fault_study, load, run_cli
+from factories import as_version_4
 from specsweep.measure.goodput import Search
 from specsweep.records import store
 from specsweep.records.result import Result
@@ -87,6 +88,8 @@ def test_the_search_finds_the_stand_ins_sustainable_rate_on_one_launch(tmp_path,
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     result = Result.from_json(doc)  # the search's own checks hold
+    # As version 4 wrote it (each step's quiet-host figures as host_load), read back the same.
+    assert Result.from_json(as_version_4(doc)).to_json() == doc
     search = doc["search"]
     assert err.count("server pid") == 1  # every step on the one launch
     met = [s for s in search["steps"] if s["meets"]]

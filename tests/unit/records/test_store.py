@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from factories import result_doc
+from factories import as_version_4, result_doc
 from specsweep import study
 from specsweep.errors import ResultWriteError
 from specsweep.records import store
@@ -41,11 +41,19 @@ def _broken(doc, how):
         doc["schema_version"] = 0
     elif how == "not-ours":
         doc["schema"] = "guidellm"
+    elif how == "section-not-a-mapping":
+        doc["sections"][1] = "medium"
+    elif how == "record-without-tokens":
+        del section["records"][0]["output_tokens"]
+    elif how == "version-4-section-not-a-mapping":
+        doc = as_version_4(doc)
+        doc["sections"][1] = "medium"
     return doc
 
 
 @pytest.mark.parametrize("how", ["too-few-tokens", "zero-throughput", "missing-section", "missing-record",
-                                 "token-sum-mismatch", "old-version", "not-ours"])
+                                 "token-sum-mismatch", "old-version", "not-ours", "section-not-a-mapping",
+                                 "record-without-tokens", "version-4-section-not-a-mapping"])
 def test_broken_results_are_refused(spec, how):
     with pytest.raises(store.InvalidResult):
         store.validate_result(_broken(result_doc(spec), how))
@@ -111,15 +119,6 @@ def test_failure_records_accumulate_and_latest_wins(tmp_path, spec):
 
 # --- the quiet-host guard's one name: older documents read under it ----------------------------
 
-def _as_version_4(doc: dict) -> dict:
-    """A version-5 document as version 4 wrote it: isolation (with guard) and sections' host_load."""
-    old = {k: v for k, v in doc.items() if k not in ("lease", "quiet_host")}
-    old["schema_version"] = 4
-    old["isolation"] = {**doc["lease"], "guard": doc["quiet_host"]}
-    old["sections"] = [{("host_load" if k == "quiet_host" else k): v for k, v in s.items()} for s in doc["sections"]]
-    return old
-
-
 def test_a_version_4_result_is_read_under_the_quiet_host_names_with_its_figures_unchanged(spec):
     doc = result_doc(spec)
     doc["lease"] = {"devices": ["host"], "waited_s": 0.5, "port": 8080, "lock_dir": "/tmp/l"}
@@ -128,7 +127,9 @@ def test_a_version_4_result_is_read_under_the_quiet_host_names_with_its_figures_
     for n, section in enumerate(doc["sections"]):
         section["quiet_host"] = {"cpu_s": 0.01 * n, "contended_cores": 0.001 * n, "gpu_telemetry": []}
     assert store.Result.from_json(copy.deepcopy(doc)).to_json() == doc  # version 5 as it is
-    old = _as_version_4(doc)
+    bare = result_doc(spec)  # no lease, no settings: version 4 wrote no isolation either
+    assert store.Result.from_json(as_version_4(bare)).to_json() == bare
+    old = as_version_4(doc)
     assert "host_load" in old["sections"][0] and "guard" in old["isolation"]
     read = store.Result.from_json(old).to_json()
     assert read == doc  # the same document, under the new names and version

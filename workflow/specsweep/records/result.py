@@ -95,8 +95,13 @@ class Result:
                                                                           "provenance", "search"))
         if missing:
             raise InvalidResult(f"result lacks {', '.join(missing)}")
-        result = cls(**{k: v for k, v in body.items() if k in names})
-        result.validate()
+        try:
+            result = cls(**{k: v for k, v in body.items() if k in names})
+            result.validate()
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            # A damaged file (a field missing or of another type where a check reads it) is
+            # refused like any other invalid one: moved aside and measured again, not a crash.
+            raise InvalidResult(f"malformed result: {type(exc).__name__} {exc}") from exc
         return result
 
     # --- invariants every aggregated number relies on ---------------------------------------

@@ -147,9 +147,9 @@ class HostNotQuiet(SpecsweepError):
 
 
 class GpuThrottled(SpecsweepError):
-    """A held GPU slowed its clocks for heat or power beyond the quiet-host guard's share of a section: its
-    pace was the GPU's state (a previous job's heat, the chassis's power brake), not the
-    configuration's."""
+    """A held GPU slowed its clocks for heat or power beyond the quiet-host guard's share of a
+    section: its pace was the GPU's state (a previous job's heat, the chassis's power brake), not
+    the configuration's."""
 
     failure_class = "gpu-throttled"
     exit_code = 28

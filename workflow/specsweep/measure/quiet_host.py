@@ -15,11 +15,11 @@ Per section the guard measures
 
 and counts as contended the smaller of the two: the server waited, and others ran where it could
 have. Without schedstat, the others' load on the server's CPUs beyond the cores the server and
-the harness left idle. Above quiet_host.max_foreign_cores the section fails as host-not-quiet. GPUs: other
-processes that NVML lists on the job's GPUs; and each held GPU's clocks, heat, power and NVML
-clock-event reasons, read through the section, failing it as gpu-throttled when heat or a power
-brake slowed a GPU in more than quiet_host.max_gpu_slowed_share of the readings. Every figure goes into
-the result either way.
+the harness left idle. Above quiet_host.max_foreign_cores the section fails as host-not-quiet.
+GPUs: other processes that NVML lists on the job's GPUs; and each held GPU's clocks, heat, power
+and NVML clock-event reasons, read through the section, failing it as gpu-throttled when heat or
+a power brake slowed a GPU in more than quiet_host.max_gpu_slowed_share of the readings. Every
+figure goes into the result either way.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def check(where: str, load: dict, settings: Settings, repeats_tok_s: list[float]
     visible = [p for p in load["gpu_processes"] if p["visible"]]
     if visible:
         raise HostNotQuiet(f"{where}: other processes on the job's GPUs: "
-                        + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible))
+                           + ", ".join(f"pid {p['pid']} on GPU {p['gpu']}" for p in visible))
     for gpu in load.get("gpu_telemetry") or []:
         if gpu["slowed_share"] > settings.max_gpu_slowed_share:
             slowed = [r for r in gpu["reasons"] if r in host_facts.clock_events(host_facts.SLOWED)]

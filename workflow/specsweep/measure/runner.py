@@ -143,8 +143,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
                 "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
                 "lock_dir": str(leases.lock_dir())}
         result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
-                              startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
-                              quiet_host=asdict(settings),
+                              startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held, settings=settings,
                               hardware=hw, env=templates.redact_env(server.env, secrets(spec)),
                               provenance=provenance.collect(secrets(spec)))
         doc = result.to_json()
@@ -221,21 +220,26 @@ def _measure(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
-            watch = quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
-                                            server_pids=server.tree_pids)
-            sections.append(_run_one_section(spec, server, section, plan, seen, watch))
+            sections.append(_run_one_section(spec, server, section, plan, seen, _watch(server, settings, gpus)))
     search = _search_goodput(spec, server, settings, gpus, plan, seen) if spec.objective else None
     return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections,
             "search": search}
+
+
+def _watch(server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...]) -> quiet_host.SectionWatch:
+    """The quiet-host guard for one section: our own processes are the server's tree and the
+    other measurements holding devices; the server's waiting is its tree's alone."""
+    return quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+                                   server_pids=server.tree_pids)
 
 
 def _search_goodput(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
                     plan: workload.PromptPlan, seen: dict[str, str]) -> dict:
     """The highest request rate within the objective, on this launch (goodput.Search).
 
-    Each step is a section of its own: fresh prompts, the liveness checks, counters, schedule
-    and quiet-host guard exactly as for the study's sections, so a step the client could not schedule fails
-    the configuration (client-overload) and a death or hang fails it as anywhere else. Steps put
+    Each step is a section of its own: fresh prompts, the liveness checks, counters, schedule and
+    quiet-host guard exactly as for the study's sections, so a step the client could not schedule
+    fails the configuration (client-overload) and a death or hang fails it as anywhere else. Steps put
     no cap on requests in flight: past its capacity the server queues, and the latency shows it.
     """
     shape, docs = spec.search_section, {}
@@ -244,9 +248,7 @@ def _search_goodput(spec: RunSpec, server: ServerProcess, settings: quiet_host.S
         step = replace(shape, request_rate=rate, concurrency=shape.requests)
         say(spec, f"search step {number}: {rate:.4g} req/s ({step.requests} x {step.output_tokens} tokens)")
         with _phase(f"search step {number}"):
-            watch = quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
-                                            server_pids=server.tree_pids)
-            docs[rate] = _run_one_section(spec, server, step, plan, seen, watch, repeats=1,
+            docs[rate] = _run_one_section(spec, server, step, plan, seen, _watch(server, settings, gpus), repeats=1,
                                           arrival=spec.objective.arrival, title=f"search step {number}")
         figures = goodput.step_figures(spec.objective, docs[rate])
         say(spec, f"search step {number}: p99 TTFT {_ms(figures['ttft_p99_s'])}, p99 TPOT "
@@ -317,7 +319,7 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     _check_counters(label, stats, server.backend.token_counter)
     _check_schedule(spec, label, stats)
     quiet_host.check(label, load, watch.settings, stats["output_tok_s_repeats"],
-                   closed_loop=section.request_rate is None)
+                     closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
                  if repeats > 1 else ""))
@@ -370,9 +372,10 @@ def record_doc(record: RequestRecord) -> dict:
 
 
 def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
-                 lease: dict | None = None, quiet_host: dict | None = None, hardware: dict | None = None,
-                 env: dict | None = None, provenance: dict | None = None) -> Result:
-    """The result document of one measured configuration."""
+                 lease: dict | None = None, settings: quiet_host.Settings | None = None,
+                 hardware: dict | None = None, env: dict | None = None, provenance: dict | None = None) -> Result:
+    """The result document of one measured configuration (``settings``: the quiet-host settings
+    its sections were judged by)."""
     sections = measured["sections"]
     return Result(
         name=spec.name,
@@ -397,7 +400,7 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, starte
         finished_at=utc_now(),
         timing={"startup_s": startup_s, "job_s": job_s, "sections_s": sum(s["wall_s"] for s in sections)},
         lease=lease,
-        quiet_host=quiet_host,
+        quiet_host=asdict(settings) if settings else None,
         warmup=measured["warmup"],
         prompts=measured["prompts"],
         sections=sections,

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from specsweep.errors import HostNotQuiet
+
 SCHEMA = "specsweep.failure"
 VERSION = 2
-# Failure classes renamed since version 1: old name -> the name errors.py gives it now.
-RENAMED_CLASSES = {"noisy-host": "host-not-quiet"}
+# Failure classes renamed since version 1: old name -> the class's name now.
+RENAMED_CLASSES = {"noisy-host": HostNotQuiet.failure_class}
 
 
 @dataclass

@@ -81,26 +81,18 @@ class Result:
             raise InvalidResult(f"result schema version {version}, this specsweep reads {', '.join(map(str, READS))}; "
                                 f"re-run the configuration or use a matching specsweep version")
         body = {k: v for k, v in doc.items() if k not in ("schema", "schema_version")}
-        if version == 1:
-            body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
-        if version in (1, 2) and isinstance(body.get("prompts"), dict):
-            body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
         names = {f.name for f in fields(cls)}
-        if version in (1, 2, 3) and isinstance(body.get("sections"), list):
-            body = {**body, "sections": [{**sec, "load": _load_of(sec)} if isinstance(sec, dict) else sec
-                                         for sec in body["sections"]]}
-        if version in (1, 2, 3, 4):
-            body = _one_quiet_host_name(body)
         missing = sorted(n for n in names if n not in body and n not in ("lease", "quiet_host", "hardware",
                                                                           "provenance", "search"))
         if missing:
             raise InvalidResult(f"result lacks {', '.join(missing)}")
         try:
+            body = _migrated(body, version)
             result = cls(**{k: v for k, v in body.items() if k in names})
             result.validate()
         except (KeyError, TypeError, AttributeError, IndexError) as exc:
-            # A damaged file (a field missing or of another type where a check reads it) is
-            # refused like any other invalid one: moved aside and measured again, not a crash.
+            # A damaged file (a field missing or of another type where a migration or a check
+            # reads it) is refused like any other invalid one: moved aside and measured again.
             raise InvalidResult(f"malformed result: {type(exc).__name__} {exc}") from exc
         return result
 
@@ -206,24 +198,33 @@ class Result:
         }
 
 
+def _migrated(body: dict, version: int) -> dict:
+    """An older version's body under the current version's fields (the schema history above).
+    A body of the wrong shape raises KeyError, TypeError or AttributeError, as validation does."""
+    if version == 1:
+        body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
+    if version in (1, 2):
+        body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
+    if version in (1, 2, 3):
+        body = {**body, "sections": [{**sec, "load": _load_of(sec)} for sec in body["sections"]]}
+    if version in (1, 2, 3, 4):
+        body = _one_quiet_host_name(body)
+    return body
+
+
 def _one_quiet_host_name(body: dict) -> dict:
     """Version 5's names for a version 1-4 body: ``isolation`` split into ``lease`` and the
     ``quiet_host`` settings, and every section's (search steps' too) ``host_load`` as ``quiet_host``."""
-    def renamed(sections):
-        if not isinstance(sections, list):
-            return sections
-        return [{("quiet_host" if k == "host_load" else k): v for k, v in sec.items()} if isinstance(sec, dict)
-                else sec for sec in sections]
+    def renamed(sections: list[dict]) -> list[dict]:
+        return [{("quiet_host" if k == "host_load" else k): v for k, v in sec.items()} for sec in sections]
 
-    held = body.get("isolation")
-    out = {k: v for k, v in body.items() if k != "isolation"}
-    if isinstance(held, dict):
+    out = {**body, "sections": renamed(body["sections"])}
+    held = out.pop("isolation", None)
+    if held is not None:
         out["lease"] = {k: v for k, v in held.items() if k != "guard"}
         out["quiet_host"] = held.get("guard")
-    if "sections" in body:
-        out["sections"] = renamed(body["sections"])
-    if isinstance(body.get("search"), dict):
-        out["search"] = {**body["search"], "sections": renamed(body["search"].get("sections"))}
+    if out.get("search") is not None:
+        out["search"] = {**out["search"], "sections": renamed(out["search"]["sections"])}
     return out
 
 

@@ -1,8 +1,22 @@
 # specsweep: one Snakemake target per grid point of a server-configuration sweep.
 # Main command: snakemake --cores 1 results/summary.png   (profile: profiles/default/)
+import os
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.27")
+
+# The package beside this Snakefile, installed or not: a checkout carried to a machine without a
+# package index runs as it is (docs/gpus.md), and so do its jobs, whose `python -m specsweep`
+# inherit PYTHONPATH. The Snakefile and the package it calls come from one checkout.
+PACKAGE_DIR = str(Path(workflow.basedir) / "workflow")
+sys.path.insert(0, PACKAGE_DIR)
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != PACKAGE_DIR:
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [PACKAGE_DIR, os.environ.get("PYTHONPATH")])
+    )
 
 
 configfile: "config/config.yaml"

@@ -82,7 +82,6 @@ def prepare() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO / "workflow" / "specsweep", WORK / "src" / "specsweep", ignore=skip)
-    shutil.copytree(REPO / "workflow" / "schemas", WORK / "src" / "specsweep" / "schemas", ignore=skip)
     shutil.copytree(REPO / "workflow", WORK / "workflow", ignore=shutil.ignore_patterns("specsweep", "__pycache__"))
     for name in ("tests", "config", "profiles"):
         shutil.copytree(REPO / name, WORK / name, ignore=skip)

@@ -41,13 +41,13 @@ def measure(doc: dict, folder: Path) -> Path:
 def main() -> None:
     from specsweep import study
     from specsweep.analysis import compare
-    from specsweep.servers.backends import llama_server
+    from specsweep.servers.backends import llama_server_build
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
     pins = study.load_study(REPO / "config/config.yaml")["provision"]
-    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
+    binary, model = llama_server_build.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
     doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}

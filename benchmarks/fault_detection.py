@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep.servers.backends import llama_server
+from specsweep.servers.backends import llama_server_build
 from specsweep.study.grid import expand_grid
 from specsweep.study.loading import load_study, validate_study
 
@@ -39,7 +39,8 @@ SECTIONS = [{"name": "short", "output_tokens": 32, "requests": 2},
 
 def real_study(stall: float) -> dict:
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
+    build_log = Path(tempfile.gettempdir()) / "specsweep-build.log"
+    binary, model = llama_server_build.provision_embedded(pins, log_path=build_log)
     return validate_study({"model": {"path": model}, "server": {"binary": binary, "stall_timeout_s": stall},
                            "grid": {"budget": [0], "context": [64]},
                            "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS}})

@@ -19,7 +19,7 @@ from pathlib import Path
 from specsweep.measure import client, section_stats, workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
-from specsweep.servers.backends import llama_server
+from specsweep.servers.backends import llama_server_build
 from specsweep.servers.launch import server_argv
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import Section
@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list[float], int, int]:
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = llama_server.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "specsweep-build.log")
+    build_log = Path(tempfile.gettempdir()) / "specsweep-build.log"
+    binary, model = llama_server_build.provision_embedded(pins, log_path=build_log)
     section = {"name": "fidelity", "output_tokens": tokens, "requests": requests}
     study = validate_study({"grid": {"budget": [budget], "context": [context]},
                             "workload": {"sections": [section]}})

@@ -14,7 +14,7 @@ from pathlib import Path
 from specsweep.measure import client, workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
-from specsweep.servers.backends import llama_server
+from specsweep.servers.backends import llama_server_build
 from specsweep.servers.process import ServerProcess
 from specsweep.study import prompt_sets
 from specsweep.study.loading import load_study
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
     pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = llama_server.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
+    binary, model = llama_server_build.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
     for method in args.methods.split(","):
         budgets = [0] if method == "none" else [int(b) for b in args.budgets.split(",")]
         for budget in budgets:

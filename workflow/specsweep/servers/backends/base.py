@@ -18,6 +18,7 @@ from specsweep.errors import ConfigError, InvalidResponse
 
 if TYPE_CHECKING:  # only for annotations: config imports the backends
     from specsweep.records.request import RequestRecord
+    from specsweep.servers.provision import Artifact
     from specsweep.spec import RunSpec
 
 CTX_HEADROOM = 16  # tokens of slack above prompt + output + drafts in flight
@@ -66,6 +67,15 @@ class Backend:
     # What a budget B passed to one of this server's flags (or JSON keys) means: (flag, offset,
     # words): B + offset draft tokens a verification step, each checked against the cited source.
     budget_flags: tuple[tuple[str, int, str], ...] = ()
+
+    def artifacts(self, pins: dict) -> dict[str, Artifact]:
+        """{"binary"|"model": what "embedded" takes from the package index} for a study's
+        ``provision`` pins; a backend without an embedded default takes nothing."""
+        return {}
+
+    def provision_embedded(self, pins: dict, *, log_path) -> None:
+        """Obtain (or find cached) the embedded server and model, as the provisioning rules do."""
+        raise ConfigError(f"{self.name} has no embedded server or model: {self.no_embedded}")
 
     # --- launch -------------------------------------------------------------------------------
     def ctx_size(self, spec: RunSpec) -> int:

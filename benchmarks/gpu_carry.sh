@@ -1,39 +1,92 @@
 #!/usr/bin/env bash
-# What the GPU smoke check carries to a GPU machine without a package index (docs/gpus.md), made
-# here, where the index is reached: .gpu/llama-source.tar.xz (the llama.cpp source cut from the
-# pinned llama-cpp-python sdist, with its manifest) and .gpu/whl/ (wheels for Python 3.12 of
-# Snakemake and what it needs that the machine's image lacks; numpy, pandas, scipy, matplotlib,
-# seaborn, psutil, PyYAML, requests and the rest are there already). .gpu/ is ignored by git and
-# travels with `carry`. On the machine, one command:
+# What the GPU smoke check carries to a machine without a package index (docs/gpus.md), made here,
+# where the index is reached, from the checkout alone (specsweep need not be installed):
 #
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/whl/*.whl &&
-#   PYTHONPATH=/tmp/site:workflow python3 benchmarks/gpu_smoke.py \
-#       --llama-source .gpu/llama-source.tar.xz --out "$OUT/gpu_smoke.json"
+#   OUT/llama-source.tar.xz  the llama.cpp source cut from the pinned llama-cpp-python sdist (+ .json)
+#   OUT/cache/               specsweep's cache holding what the smoke study takes from the index
+#                            (its prompt set), carried and used as $SPECSWEEP_CACHE (docs/offline.md)
+#   OUT/whl/                 wheels for the target Python of what specsweep needs at run time and
+#                            the machine's image lacks (Snakemake and its own needs; the image's
+#                            list: benchmarks/gpu_image_packages.txt). A package published only as
+#                            source is built into a wheel here, and must come out pure Python.
+#   OUT/carry.json           what was carried, what the image is expected to give, and the size
+#
+# usage: bash benchmarks/gpu_carry.sh [--python-version 3.12] [--out .gpu]
+# (3.12: the GPU image's Python; a test that runs the carry under this machine's Python passes 3.11)
+# The whole must stay under the 64 MiB that travels with the working tree; the script fails if not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-pins=$("$PYTHON" -c 'import yaml; p = yaml.safe_load(open("config/config.yaml"))["provision"]
-print(p["llama_cpp_python_version"], p["llama_cpp_python_sha256"])')
-read -r version sha256 <<<"$pins"
-mkdir -p .gpu
-[ -f .gpu/llama-source.tar.xz ] || "$PYTHON" -m specsweep provision llama-source --version "$version" \
-  --sha256 "$sha256" --out .gpu/llama-source.tar.xz
-snakemake_version=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("snakemake"))')
-rm -rf .gpu/whl .gpu/all && mkdir -p .gpu/whl .gpu/all
-"$PYTHON" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform any -d .gpu/all "snakemake==$snakemake_version"
-# The image's own packages (the device tool's KINDS.md lists them): carrying them again would
-# install a second version beside the first.
-HAS=(numpy pandas scipy matplotlib seaborn psutil pyyaml requests jinja2 markupsafe pygments packaging
-     pyparsing python_dateutil six tabulate typing_extensions urllib3 idna certifi charset_normalizer
-     attrs wrapt contourpy cycler fonttools kiwisolver pillow tqdm rich markdown_it_py mdurl filelock
-     fsspec networkx sympy mpmath setuptools prometheus_client nvidia_ml_py click msgpack toolz pyarrow zipp)
-pattern="^($(IFS='|'; echo "${HAS[*]}"))-"
-for wheel in .gpu/all/*.whl; do
-  name=$(basename "$wheel" | tr 'A-Z' 'a-z')
-  echo "$name" | grep -Eq "$pattern" || cp "$wheel" .gpu/whl/
+python_version=3.12
+out=.gpu
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python-version) python_version=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "gpu_carry.sh: unknown argument $1 (see the header of this script)" >&2; exit 2 ;;
+  esac
 done
-rm -rf .gpu/all
-du -sh .gpu/llama-source.tar.xz .gpu/whl
-ls .gpu/whl
+limit=$((64 << 20))
+export PYTHONPATH="$PWD/workflow${PYTHONPATH:+:$PYTHONPATH}"  # the checkout's own specsweep
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rm -rf "$out"
+mkdir -p "$out/whl"
+
+# 1. The server's source, cut from the pinned sdist (pins: the study schema's defaults).
+"$PYTHON" -m specsweep provision llama-source --out "$out/llama-source.tar.xz"
+
+# 2. The cache: whatever the smoke study takes from the package index (gpu_smoke.py owns the study).
+"$PYTHON" benchmarks/gpu_smoke.py --provision-carry --carry "$out"
+
+# 3. Wheels. What specsweep needs at run time is pyproject.toml's dependencies; resolved once for
+# this Python to find what is published only as source (pip refuses source for another Python),
+# those built here, then resolved for the target Python, wheels only.
+mapfile -t requirements < <("$PYTHON" -c 'import tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
+target=(--only-binary=:all: --python-version "$python_version" --implementation cp
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+        --platform manylinux2014_x86_64 --find-links "$tmp/built")
+"$PYTHON" -m pip install -q --dry-run --ignore-installed --report "$tmp/here.json" "${requirements[@]}"
+mapfile -t sources < <("$PYTHON" -c 'import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    if not item["download_info"]["url"].endswith(".whl"):
+        print(item["metadata"]["name"] + "==" + item["metadata"]["version"])' "$tmp/here.json")
+mkdir -p "$tmp/built"
+if [ ${#sources[@]} -gt 0 ]; then
+  "$PYTHON" -m pip wheel -q --no-deps -w "$tmp/built" "${sources[@]}"
+  for wheel in "$tmp/built"/*.whl; do
+    case "$wheel" in
+      *-none-any.whl) ;;
+      *) echo "gpu_carry.sh: $(basename "$wheel") is built from source for this machine only; carry it another way" >&2
+         exit 1 ;;
+    esac
+  done
+fi
+"$PYTHON" -m pip install -q --dry-run --ignore-installed --target "$tmp/target" --report "$tmp/there.json" \
+  "${target[@]}" "${requirements[@]}"
+mapfile -t fetch < <("$PYTHON" - "$tmp/there.json" benchmarks/gpu_image_packages.txt "$out/carry.json" \
+  "$python_version" <<'EOF'
+import json, re, sys
+report, image_list, carry, version = sys.argv[1:]
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+image = {norm(line.strip()) for line in open(image_list) if line.strip() and not line.startswith("#")}
+resolved = [(item["metadata"]["name"], item["metadata"]["version"]) for item in json.load(open(report))["install"]]
+fetch = [f"{n}=={v}" for n, v in resolved if norm(n) not in image]
+json.dump({"python_version": version, "carried_wheels": fetch,
+           "from_image": [f"{n}=={v}" for n, v in resolved if norm(n) in image]}, open(carry, "w"), indent=1)
+print("\n".join(fetch))
+EOF
+)
+"$PYTHON" -m pip download -q --no-deps "${target[@]}" -d "$out/whl" "${fetch[@]}"
+
+size=$(du -sb "$out" | cut -f1)
+"$PYTHON" -c 'import json, sys
+path, size = sys.argv[1], int(sys.argv[2])
+doc = json.load(open(path)); doc["bytes"] = size; json.dump(doc, open(path, "w"), indent=1)' "$out/carry.json" "$size"
+du -sh "$out/llama-source.tar.xz" "$out/cache" "$out/whl"
+echo "gpu_carry.sh: $out holds $size bytes ($(ls "$out/whl" | wc -l) wheels for Python $python_version)"
+if [ "$size" -gt "$limit" ]; then
+  echo "gpu_carry.sh: $out is over the 64 MiB ($limit bytes) that travel with the working tree" >&2
+  exit 1
+fi

@@ -1,28 +1,35 @@
-"""The GPU smoke check: on a GPU machine, what holds end to end, in one JSON, in a few minutes.
+"""The GPU smoke check: what holds end to end on a real GPU, in one JSON, inside one device call.
 
-    python benchmarks/gpu_smoke.py --llama-source SOURCE.tar.xz [--cpu] [--python PYTHON]
-        [--out gpu_smoke.json] [--budget 4]
+On the GPU machine (no package index, at most 64 MiB carried, one call of 600 s), in the
+checkout with the carry that benchmarks/gpu_carry.sh made beside it (docs/gpus.md):
 
-Needs only what the GPU machine this project is lent has (CUDA's compiler, CMake, numpy; no
-package index): SOURCE is the llama.cpp source cut from the pinned llama-cpp-python sdist
-(`specsweep provision llama-source --version V --sha256 S --out SOURCE.tar.xz`, a few MB, with
-its manifest SOURCE.tar.xz.json beside it), carried there with the working tree.
+    python3 benchmarks/gpu_smoke.py --carry .gpu --out "$OUT"
 
-1. llama-server: built from SOURCE with CUDA for Hopper (GGML_CUDA=ON, architecture 90; all
-   cores), or for the CPU with --cpu (the same build as the embedded default: this is how the
-   script's own logic is tested on a machine without a GPU). The build time is recorded.
-2. A tiny random-weight Llama GGUF written by llama.cpp's own gguf-py from SOURCE (no hub, no
-   torch: workflow/specsweep/data/make_tiny_gguf.py).
-3. The real pipeline on it (`snakemake --cores 1 results/summary.png` on a study of budgets 0 and
-   --budget with ngram-mod drafts, tp 1, 128-token prompts, the GPU lease and NVML telemetry on,
-   -ngl 99), then per configuration the server's token counter against the responses' tokens, the
-   acceptance, each section's GPU clocks, heat and power, and after the run: llama-server
-   processes left and each GPU's memory against its level before.
-4. If vLLM or SGLang is importable by --python (default this interpreter): `specsweep doctor` and
-   two configurations through the real CLI on a tiny model built with that Python, as before.
+Each stage is a subprocess with its own time limit (STAGES: the GPU column adds up to 530 s), and
+the JSON ($OUT/gpu_smoke.json) is written again after every stage, so a call cut short still says
+what was done and where it stopped; each stage's log lies beside it:
 
-Writes the JSON to --out and prints it; exits nonzero when anything did not hold. Meant to
-finish well inside 8 minutes on the H200 machine, the CUDA build included.
+1. install: the carried wheels (Snakemake and what the image lacks) into WORK/site, no index.
+2. import: the checkout's specsweep, not installed (workflow/ on PYTHONPATH), loads the smoke
+   study against its own schema, and Snakemake imports.
+3. offline: everything the study takes from the package index is in the carried cache
+   (``specsweep provision check``: where no index answers, a missing piece fails here).
+4. build: llama-server from the carried source archive with CUDA for Hopper (90-real, without the
+   flash-attention kernels the tiny model cannot use), Ninja, in WORK/build: a second call
+   continues a build the first one's limit cut short.
+5. model: a tiny random-weight Llama GGUF written by llama.cpp's own gguf-py (no hub, no torch).
+6. pipeline: the real ``snakemake --cores 1 results/summary.png`` on budgets 0 and --budget with
+   ngram-mod drafts, all layers on the GPU, the GPU lease and NVML telemetry on; each GPU's memory
+   read every 0.25 s meanwhile.
+7. checks: NVML sees a GPU; each section's tokens are the server's counter's; the drafting
+   configuration drafted; each section's telemetry holds clocks, power and memory; the server
+   logs show every layer offloaded to CUDA; GPU memory rose above its level before during the run
+   and came back after it; no llama-server process is left.
+
+With --cpu it builds for the CPU and runs without a GPU, under the CPU column's limits (a 2-core
+machine): the same script where no GPU is, as tests/e2e/test_gpu_smoke_offline.py runs it under
+the GPU machine's terms. The GPU checks are then reported as not applicable, never as held.
+Exit 0 only when every stage ran and every check held.
 """
 
 from __future__ import annotations
@@ -30,100 +37,141 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SPECULATIVE = {
-    "vllm": ["--speculative-config",
-             '{{"method": "ngram", "num_speculative_tokens": {budget}, "prompt_lookup_max": 4, '
-             '"prompt_lookup_min": 2}}'],
-    "sglang": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "{budget}"],
-}
-COMMAND = {
-    "vllm": ["{binary}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--max-model-len",
-             "{ctx_size}", "--host", "{host}", "--port", "{port}", "--enforce-eager", "--gpu-memory-utilization",
-             "0.3", "--disable-uvicorn-access-log"],
-    "sglang": ["{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--tp", "{tp}",
-               "--context-length", "{ctx_size}", "--host", "{host}", "--port", "{port}", "--mem-fraction-static",
-               "0.3", "--enable-metrics", "--disable-cuda-graph"],
-}
+PACKAGE = REPO / "workflow"  # the checkout's specsweep, used where it lies: nothing is installed
+sys.path.insert(0, str(PACKAGE))
 
-
+# Seconds each stage may take: (on the GPU machine's 16 cores, with --cpu on a 2-core machine).
+# The GPU column stays under CALL_BUDGET_S: the device call's 600 s less the machine's start-up
+# and the files' return.
+STAGES = {"install": (30, 120), "import": (30, 90), "offline": (30, 90), "build": (320, 1200),
+          "model": (30, 90), "pipeline": (90, 420)}
+CALL_BUDGET_S = 540
 MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
+MEMORY_ROSE = 16 << 20  # a model on the GPU shows at least this much above that level
+PROMPT_SET = "humaneval"  # real text, small enough to carry (164 problems, in gpu_carry.sh's cache)
+OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
 
-def llama_study(binary: str, model: Path, budget: int, *, gpu: bool) -> dict:
+class Report:
+    """The JSON under --out, written again after every stage."""
+
+    def __init__(self, out: Path, gpu: bool, limits: dict[str, int]):
+        self.out = out
+        self.doc: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "mode": "gpu" if gpu else "cpu",
+                          "limits_s": limits, "stages": [], "stopped_at": None, "checks": [], "held": False}
+
+    def save(self) -> None:
+        tmp = self.out / ".gpu_smoke.json.tmp"
+        tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
+        os.replace(tmp, self.out / "gpu_smoke.json")
+
+    def stage(self, entry: dict) -> None:
+        self.doc["stages"].append(entry)
+        if entry["status"] != "ok":
+            self.doc["stopped_at"] = entry["stage"]
+        self.save()
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """Every process the stage started, its servers too (they run in sessions of their own):
+    SIGTERM first, which `specsweep run` answers by tearing its server down, then SIGKILL."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+
+
+def run_stage(report: Report, name: str, argv: list[str], *, env: dict, limit: int) -> bool:
+    """One stage as a subprocess under its limit, its output in $OUT/<name>.log; True if it held."""
+    log, t0 = report.out / f"{name}.log", time.monotonic()
+    with open(log, "w") as fh:
+        fh.write(f"$ {' '.join(argv)}\n")
+        fh.flush()
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        try:
+            code, status = proc.wait(timeout=limit), None
+        except subprocess.TimeoutExpired:
+            stop_tree(proc)
+            code, status = None, "timed-out"
+    status = status or ("ok" if code == 0 else "failed")
+    report.stage({"stage": name, "status": status, "exit_code": code, "seconds": round(time.monotonic() - t0, 1),
+                  "limit_s": limit, "log": log.name, "tail": log.read_text(errors="replace")[-1500:]})
+    return status == "ok"
+
+
+def smoke_study(binary: str, model: str, budget: int, *, gpu: bool) -> dict:
     """The backend's own command and ngram-mod drafts (servers/backends/llama_server.py), all
-    layers on the GPU there."""
+    layers on the GPU there; prompts from the carried prompt set."""
     from specsweep.servers.backends import llama_server
 
     server = llama_server.BACKEND
     return {
         "study": "gpu-smoke-llama-server", "backend": "llama-server",
-        "model": {"name": "tiny-llama-random-gguf", "path": str(model), "context_limit": 4096},
+        "model": {"name": "tiny-llama-random-gguf", "path": model, "context_limit": 4096},
         "server": {"binary": binary, "command": [*server.command, *(["-ngl", "99"] if gpu else [])],
-                   "speculative_args": list(server.speculative_args), "gpu": gpu, "startup_timeout_s": 120,
+                   "speculative_args": list(server.speculative_args), "gpu": gpu, "startup_timeout_s": 60,
                    "stall_timeout_s": 30},
         "grid": {"budget": [0, budget], "tp": [1], "context": [128]},
         "retries": 0,
         # One repeat: a tiny model answers in milliseconds, where two repeats' spread is timer noise
         # (the guard's spread check would fail it); the contention check runs all the same.
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 8, "repeats": 1, "launches": 1, "sections": [
-            {"name": "short", "output_tokens": 64, "requests": 2},
-            {"name": "long", "output_tokens": 256, "requests": 1}]},
+        "workload": {"prompt_set": PROMPT_SET, "warmup_requests": 1, "warmup_output_tokens": 8, "repeats": 1,
+                     "launches": 1, "sections": [{"name": "short", "output_tokens": 64, "requests": 2},
+                                                 {"name": "long", "output_tokens": 256, "requests": 1}]},
     }
+
+
+def gpu_memory() -> dict[str, int]:
+    """Bytes in use on each GPU NVML sees; {} where it sees none."""
+    from specsweep.measure import host_facts, leases
+
+    return {g: used for g in leases.host_gpus() if (used := host_facts.memory_used(g)) is not None}
+
+
+class MemoryPeak(threading.Thread):
+    """The most memory each GPU held while the pipeline ran."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak: dict[str, int] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.25):
+            for gpu, used in gpu_memory().items():
+                self.peak[gpu] = max(used, self.peak.get(gpu, 0))
 
 
 def llama_processes(binary: str) -> list[dict]:
     import psutil
 
     return [p.info for p in psutil.process_iter(["pid", "cmdline"]) if binary in " ".join(p.info["cmdline"] or [])]
-
-
-def check_llama_server(source: Path, tmp: Path, *, budget: int, cpu: bool) -> dict:
-    """Build llama-server from the carried source, make a GGUF without a hub, run the pipeline on it."""
-    from specsweep.servers.backends import llama_server
-    from specsweep.study import loading
-
-    pins = loading.load_study(REPO / "config" / "config.yaml")["provision"]
-    out: dict = {"source": str(source), "cuda_arch": None if cpu else "90"}
-    t0 = time.monotonic()
-    server = llama_server.provision_server(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"],
-                                           log_path=tmp / "build.log", source=source, cuda_arch=out["cuda_arch"])
-    # seconds_here well below build_seconds: the build came from the cache (built_at says when).
-    out["build"] = {"seconds_here": round(time.monotonic() - t0, 1), "build_seconds": server.get("build_seconds"),
-                    "built_at": server.get("built_at"), "cmake_flags": server["cmake_flags"], "cores": os.cpu_count()}
-    model = llama_server.provision_tiny_gguf(source, tmp / "tiny.gguf")
-    out["model"] = model["made"]
-    folder = tmp / "llama-server"
-    folder.mkdir()
-    (folder / "study.yaml").write_text(yaml.safe_dump(llama_study(server["binary"], tmp / "tiny.gguf", budget,
-                                                                  gpu=not cpu)))
-    out["gpu_memory_before"] = {} if cpu else gpu_memory()
-    t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
-                           str(folder), "--configfile", str(folder / "study.yaml"), "--cores", "1",
-                           "results/summary.png"], capture_output=True, text=True, timeout=420,
-                          env={**os.environ, "SPECSWEEP_LOCK_DIR": str(folder / "locks")})
-    out["pipeline"] = {"exit_code": done.returncode, "seconds": round(time.monotonic() - t0, 1),
-                       "tail": (done.stdout + done.stderr)[-2500:]}
-    time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
-    out["left_processes"] = llama_processes(server["binary"])
-    out["gpu_memory_after"] = {} if cpu else gpu_memory()
-    out["gpu_memory_back"] = all(out["gpu_memory_after"].get(g, 0) <= used + MEMORY_SLACK
-                                 for g, used in out["gpu_memory_before"].items())
-    out["configurations"] = [configuration_facts(p) for p in sorted((folder / "results/runs").glob("*/launch*.json"))]
-    best = folder / "results" / "best.csv"
-    out["verdicts"] = best.read_text().splitlines() if best.is_file() else []
-    out["held"] = (done.returncode == 0 and len(out["configurations"]) == 2 and not out["left_processes"]
-                   and out["gpu_memory_back"] and all(c["counted"] for c in out["configurations"]))
-    return out
 
 
 def configuration_facts(path: Path) -> dict:
@@ -133,118 +181,192 @@ def configuration_facts(path: Path) -> dict:
         "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
         "server_counter": {k: v for k, v in s["counters"].items() if k.endswith("tokens_predicted_total")},
         "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry")}
+        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry") or []}
         for s in doc["sections"]]
     return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
-            "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version"),
-            "counted": all(sum(s["server_counter"].values()) == s["output_tokens"] for s in sections)}
+            "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version")}
 
 
-def installed(python: str, module: str) -> bool:
-    return subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=300).returncode == 0
+def telemetry_complete(gpu: dict) -> bool:
+    return (gpu["sm_clock_mhz"]["max"] > 0 and gpu["power_w"]["max"] > 0
+            and gpu.get("memory_used_mib_max") is not None)
 
 
-def study(backend: str, python: str, model: Path, budget: int) -> dict:
-    return {
-        "study": f"gpu-smoke-{backend}", "backend": backend,
-        "model": {"name": "tiny-llama-random", "path": str(model), "context_limit": 4096},
-        "server": {"binary": python, "command": COMMAND[backend], "speculative_args": SPECULATIVE[backend],
-                   "gpu": True, "startup_timeout_s": 300, "stall_timeout_s": 60,
-                   "env": {"HF_HUB_OFFLINE": "1", "TMPDIR": "{scratch}"}},
-        "grid": {"budget": [0, budget], "tp": [1], "context": [128]},
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 8, "repeats": 2, "sections": [
-            {"name": "short", "output_tokens": 32, "requests": 2},
-            {"name": "long", "output_tokens": 128, "requests": 1}]},
-    }
+def offloaded(log: Path) -> bool:
+    """The server log says every layer went to the GPU, on CUDA."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    layers = [(int(a), int(b)) for a, b in OFFLOADED.findall(text)]
+    return bool(layers) and all(a == b > 0 for a, b in layers) and "CUDA0" in text
 
 
-def shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def gpu_memory() -> dict:
-    from specsweep.measure import host_facts, leases
-
-    return {g: host_facts.memory_used(g) for g in leases.host_gpus()}
-
-
-def run_configuration(folder: Path, study_file: Path, name: str) -> dict:
-    import psutil
-
-    before_shm, t0 = shm(), time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", str(study_file), "--name", name,
-                           "--out", str(folder / f"{name}.json"), "--server-log", str(folder / f"{name}.log"),
-                           "--failures-dir", str(folder / "failures")], capture_output=True, text=True, timeout=900)
-    out = {"name": name, "exit_code": done.returncode, "seconds": round(time.monotonic() - t0, 1),
-           "stderr_tail": done.stderr[-1500:]}
-    time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
-    out["left_processes"] = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                             if any(m in " ".join(p.info["cmdline"] or []) for m in (str(folder), "launch_server",
-                                                                                     "api_server"))]
-    out["left_shm"] = sorted(shm() - before_shm)
-    out["gpu_memory_after"] = gpu_memory()
-    if done.returncode == 0:
-        doc = json.loads((folder / f"{name}.json").read_text())
-        out["sections"] = [{
-            "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
-            "server_counter": {k: v for k, v in s["counters"].items() if "generation_tokens" in k},
-            "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-            "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry")}
-            for s in doc["sections"]]
-        out["devices"] = doc["lease"]["devices"]
-        out["hardware_gpus"] = doc["hardware"].get("gpus")
-        out["gpu_link"] = doc["hardware"].get("gpu_link")
+def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
+    """Every check, each {"check", "held": True | False | None (not applicable: --cpu), "detail"}."""
+    configurations = [configuration_facts(p) for p in sorted((study / "results/runs").glob("*/launch*.json"))]
+    sections = [s for c in configurations for s in c["sections"]]
+    drafted = [s for c in configurations[1:] for s in c["sections"] if s["draft_tokens"]]
+    left = llama_processes(binary)
+    checks = [
+        ("both configurations measured", len(configurations) == 2, [c["name"] for c in configurations]),
+        ("tokens are the server's counter's", bool(sections) and all(
+            sum(s["server_counter"].values()) == s["output_tokens"] for s in sections), None),
+        ("the budget configuration drafted", bool(drafted) and all(s["acceptance_length"] >= 1 for s in drafted),
+         [(s["name"], s["draft_tokens"], s["acceptance_length"]) for s in drafted]),
+        ("no llama-server process left", not left, left),
+    ]
+    before, peak, after = memory["before"], memory["peak"], memory["after"]
+    logs = sorted((study / "logs/server").glob("*/launch*.log"))
+    gpu_checks = [
+        ("NVML sees a GPU", bool(before), sorted(before)),
+        ("each section's telemetry holds clocks, power and memory", bool(sections) and all(
+            s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections), None),
+        ("the server logs show every layer offloaded to CUDA", bool(logs) and all(offloaded(p) for p in logs),
+         [p.parent.name for p in logs]),
+        ("GPU memory rose during the run", any(peak.get(g, 0) > used + MEMORY_ROSE for g, used in before.items()),
+         {g: peak.get(g, 0) - used for g, used in before.items()}),
+        ("GPU memory came back after it", bool(before) and all(
+            after.get(g, used + MEMORY_SLACK + 1) <= used + MEMORY_SLACK for g, used in before.items()),
+         {g: after.get(g, 0) - used for g, used in before.items()}),
+    ]
+    out = [{"check": name, "held": held, "detail": detail} for name, held, detail in checks]
+    out += [{"check": name, "held": held if gpu else None, "detail": detail if gpu else "not applicable: --cpu"}
+            for name, held, detail in gpu_checks]
     return out
 
 
-def held(result: dict) -> bool:
-    counted = all(sum(s["server_counter"].values()) == s["output_tokens"] for s in result.get("sections", []))
-    return (result["exit_code"] == 0 and counted and not result["left_processes"] and not result["left_shm"])
+def limits_for(gpu: bool, overrides: list[str]) -> dict[str, int]:
+    limits = {name: pair[0 if gpu else 1] for name, pair in STAGES.items()}
+    for item in overrides:
+        name, _, seconds = item.partition("=")
+        if name not in limits or not seconds.isdigit():
+            raise SystemExit(f"--stage-timeout {item}: give STAGE=SECONDS, STAGE one of {', '.join(limits)}")
+        limits[name] = int(seconds)
+    return limits
+
+
+def environment(work: Path) -> dict:
+    """What every stage runs under: the checkout's package and the carried wheels on the path, the
+    carried cache as specsweep's cache."""
+    path = os.pathsep.join([str(PACKAGE), str(work / "site")])
+    return {**os.environ, "PYTHONPATH": path, "SPECSWEEP_CACHE": str(work / "cache"),
+            "SPECSWEEP_LOCK_DIR": str(work / "locks")}
+
+
+def prepare(carry: Path, work: Path) -> None:
+    """The work folder (kept between calls, never carried): the carried cache copied in, so that
+    what the GPU machine builds stays out of the carry."""
+    work.mkdir(parents=True, exist_ok=True)
+    if (carry / "cache").is_dir() and not (work / "cache").is_dir():
+        shutil.copytree(carry / "cache", work / "cache")
+
+
+def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) -> bool:
+    """Stages 1-6; False at the first that did not hold (the report says which). The pipeline's
+    GPU memory: before it, its peak, after it (in ``memory``)."""
+    carry, work, env = args.carry.resolve(), args.work.resolve(), environment(args.work.resolve())
+    study_file, folder = work / "study.yaml", work / "study"
+    study_file.write_text(yaml.safe_dump(smoke_study(str(work / "to-be-built"), str(work / "tiny.gguf"),
+                                                     args.budget, gpu=not args.cpu)))
+    wheels = sorted(str(p) for p in (carry / "whl").glob("*.whl"))
+    source = str(carry / "llama-source.tar.xz")
+    cuda = [] if args.cpu else ["--cuda-arch", "90-real", "--no-flash-attention"]
+    plan = [
+        ("install", [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
+                     "--target", str(work / "site"), *wheels]),
+        ("import", [py, "-c", "import sys, snakemake, specsweep.cli as cli; "
+                    f"sys.exit(cli.main(['grid', '--config', {str(study_file)!r}]))"]),
+        ("offline", [py, "-m", "specsweep", "provision", "check", "--config", str(study_file)]),
+        ("build", [py, "-m", "specsweep", "provision", "server", "--source", source, *cuda, "--build-dir",
+                   str(work / "build"), "--log", str(report.out / "build-cmake.log"), "--out",
+                   str(work / "llama-server.json")]),
+        ("model", [py, "-m", "specsweep", "provision", "tiny-gguf", "--source", source, "--out",
+                   str(work / "tiny.json")]),
+    ]
+    for name, argv in plan:
+        if not run_stage(report, name, argv, env=env, limit=limits[name]):
+            return False
+    server = json.loads((work / "llama-server.json").read_text())
+    report.doc["build"] = {k: server.get(k) for k in ("cmake_flags", "machine_flags", "cuda_libraries",
+                                                       "build_seconds", "built_at", "cuda_arch")}
+    report.doc["binary"] = server["binary"]
+    study_file.write_text(yaml.safe_dump(smoke_study(server["binary"], str(work / "tiny.gguf"), args.budget,
+                                                     gpu=not args.cpu)))
+    shutil.rmtree(folder, ignore_errors=True)  # each call measures afresh
+    folder.mkdir()
+    gpu, sampler = not args.cpu, MemoryPeak()
+    memory["before"] = gpu_memory() if gpu else {}
+    if gpu:
+        sampler.start()
+    ran = run_stage(report, "pipeline", [py, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
+                                         str(folder), "--configfile", str(study_file), "--cores", "1",
+                                         "results/summary.png"], env=env, limit=limits["pipeline"])
+    sampler.done.set()
+    time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
+    memory.update(peak=sampler.peak, after=gpu_memory() if gpu else {})
+    if (folder / "logs").is_dir():  # the jobs' and servers' logs, for a reader of $OUT
+        shutil.copytree(folder / "logs", report.out / "study-logs", dirs_exist_ok=True)
+    return ran
+
+
+def provision_carry(carry: Path, budget: int) -> int:
+    """What the smoke study takes from the package index, into the carry's cache: the same
+    ``specsweep provision study`` a user runs before carrying a cache (docs/offline.md)."""
+    carry.mkdir(parents=True, exist_ok=True)
+    study_file = carry / "smoke-study.yaml"
+    study_file.write_text(yaml.safe_dump(smoke_study("llama-server", "tiny.gguf", budget, gpu=True)))
+    env = {**os.environ, "SPECSWEEP_CACHE": str(carry / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "specsweep", "provision", "study", "--config", str(study_file)],
+                          env=env, cwd=REPO)
+    study_file.unlink()
+    return done.returncode
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable, help="the Python that has vLLM and/or SGLang")
-    parser.add_argument("--out", type=Path, default=Path("gpu_smoke.json"))
+    parser.add_argument("--carry", type=Path, default=REPO / ".gpu", help="what gpu_carry.sh made (default .gpu)")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-smoke-out")),
+                        help="folder for gpu_smoke.json and the stages' logs (default $OUT)")
+    parser.add_argument("--work", type=Path, default=REPO / ".gpu-work",
+                        help="kept between calls, never carried: the build, the cache, the study (default .gpu-work)")
     parser.add_argument("--budget", type=int, default=4)
-    parser.add_argument("--llama-source", type=Path, required=True,
-                        help="the llama.cpp source archive (specsweep provision llama-source)")
     parser.add_argument("--cpu", action="store_true", help="build and run llama-server on the CPU (no GPU here)")
+    parser.add_argument("--stage-timeout", action="append", default=[], metavar="STAGE=SECONDS",
+                        help="another limit for one stage")
+    parser.add_argument("--provision-carry", action="store_true",
+                        help="fill CARRY/cache with what the smoke study takes from the package index, and stop "
+                             "(gpu_carry.sh runs this where the index is reached)")
     args = parser.parse_args()
-    report: dict = {"python": args.python, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "backends": {}}
-    found = [b for b in ("vllm", "sglang") if installed(args.python, b)]
-    report["found"] = found
-    with tempfile.TemporaryDirectory(prefix="specsweep-gpu-smoke-") as tmp:
-        tmp = Path(tmp)
-        try:
-            report["llama_server"] = check_llama_server(args.llama_source.resolve(), tmp, budget=args.budget,
-                                                        cpu=args.cpu)
-        except Exception as exc:  # a failed build or model is a finding, written like the others
-            report["llama_server"] = {"held": False, "error": f"{type(exc).__name__}: {exc}"}
-        if found:
-            script = REPO / "workflow" / "specsweep" / "data" / "make_tiny_model.py"
-            built = subprocess.run([args.python, str(script), str(tmp / "model")], capture_output=True, text=True,
-                                   timeout=600)
-            report["tiny_model"] = built.stdout.strip()[-300:] or built.stderr[-600:]
-        for backend in found:
-            folder = tmp / backend
-            folder.mkdir()
-            study_file = folder / "study.yaml"
-            study_file.write_text(yaml.safe_dump(study(backend, args.python, tmp / "model", args.budget)))
-            doctor = subprocess.run([sys.executable, "-m", "specsweep", "doctor", "--config", str(study_file)],
-                                    capture_output=True, text=True, timeout=300)
-            entry = {"doctor": doctor.stdout.splitlines(), "doctor_exit": doctor.returncode, "gpu_memory_before":
-                     gpu_memory(), "configurations": []}
-            for name in ("tp1-b0-ctx128", f"tp1-b{args.budget}-ctx128"):
-                entry["configurations"].append(run_configuration(folder, study_file, name))
-            entry["held"] = entry["doctor_exit"] == 0 and all(held(c) for c in entry["configurations"])
-            report["backends"][backend] = entry
-    report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    report["held"] = report["llama_server"]["held"] and all(b["held"] for b in report["backends"].values())
-    text = json.dumps(report, indent=1, default=str)
-    args.out.write_text(text + "\n")
-    print(text)
-    return 0 if report["held"] else 1
+    if args.provision_carry:
+        return provision_carry(args.carry.resolve(), args.budget)
+    gpu = not args.cpu
+    limits = limits_for(gpu, args.stage_timeout)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = Report(args.out.resolve(), gpu, limits)
+    report.save()
+    memory: dict = {"before": {}, "peak": {}, "after": {}}
+    try:
+        prepare(args.carry.resolve(), args.work.resolve())
+        ran = stages(args, report, limits, sys.executable, memory)
+    except Exception as exc:  # the script's own failure is a finding too, written like the others
+        report.doc.update(error=f"{type(exc).__name__}: {exc}", stopped_at=report.doc["stopped_at"] or "script")
+        ran = False
+    if ran:
+        report.doc["gpu_memory"] = memory
+        report.doc["checks"] = judge(args.work.resolve() / "study", report.doc["binary"], memory, gpu=gpu)
+        best = args.work.resolve() / "study" / "results" / "best.csv"
+        report.doc["verdicts"] = best.read_text().splitlines() if best.is_file() else []
+        if any(c["held"] is False for c in report.doc["checks"]):
+            report.doc["stopped_at"] = "checks"
+    elif report.doc["stopped_at"] == "build" and report.doc["stages"][-1]["status"] == "timed-out":
+        report.doc["next"] = ("call the same command again while the machine is warm: the build continues in "
+                              f"{args.work}/build where this call's limit stopped it")
+    report.doc["held"] = ran and all(c["held"] is not False for c in report.doc["checks"])
+    report.doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    report.save()
+    print(json.dumps({k: report.doc[k] for k in ("mode", "stopped_at", "held")} | {
+        "stages": [(s["stage"], s["status"], s["seconds"]) for s in report.doc["stages"]],
+        "checks failed": [c["check"] for c in report.doc["checks"] if c["held"] is False]}, indent=1))
+    return 0 if report.doc["held"] else 1
 
 
 if __name__ == "__main__":

@@ -106,13 +106,14 @@ def test_gpus_handed_out_by_uuid_are_read_by_uuid(nvml, monkeypatch):
 
 def _readings(reasons: list[int], gpu: str = "0") -> list[dict]:
     return [{"gpu": gpu, "sm_clock_mhz": 1980 - 600 * bool(r & host_facts.SLOWED), "temperature_c": 70 + i,
-             "power_w": 300.0 + i, "reasons": r} for i, r in enumerate(reasons)]
+             "power_w": 300.0 + i, "reasons": r, "memory_used_mib": 900 + 10 * i} for i, r in enumerate(reasons)]
 
 
 def test_telemetry_gives_each_gpus_clocks_heat_power_and_shares():
     [gpu] = quiet_host.gpu_telemetry(_readings([0, HW_THERMAL, SW_POWER_CAP, SW_POWER_CAP | IDLE]))
     assert gpu["samples"] == 4 and gpu["sm_clock_mhz"] == {"min": 1380, "mean": 1830.0, "max": 1980}
     assert gpu["temperature_c_max"] == 73 and gpu["power_w"] == {"mean": 301.5, "max": 303.0}
+    assert gpu["memory_used_mib_max"] == 930
     assert gpu["slowed_share"] == 0.25 and gpu["power_capped_share"] == 0.5
     assert gpu["reasons"] == ["gpu_idle", "sw_power_cap", "hw_thermal"]
 

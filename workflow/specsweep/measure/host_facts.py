@@ -195,8 +195,8 @@ def clock_events(bits: int) -> list[str]:
 
 
 def gpu_sample(gpus: tuple[str, ...]) -> list[dict]:
-    """One reading per GPU NVML can read: SM clock (MHz), temperature (C), power (W), and the
-    clock-event reason bits in force; [] without NVML (simulated GPUs)."""
+    """One reading per GPU NVML can read: SM clock (MHz), temperature (C), power (W), memory in
+    use (MiB) and the clock-event reason bits in force; [] without NVML (simulated GPUs)."""
     lib = nvml() if gpus else None
     if lib is None:
         return []
@@ -208,7 +208,8 @@ def gpu_sample(gpus: tuple[str, ...]) -> list[dict]:
                 lib.nvmlDeviceGetCurrentClocksThrottleReasons  # the older name, deprecated in CUDA 13
             out.append({"gpu": gpu, "sm_clock_mhz": int(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM)),
                         "temperature_c": int(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)),
-                        "power_w": lib.nvmlDeviceGetPowerUsage(h) / 1000.0, "reasons": int(reasons(h))})
+                        "power_w": lib.nvmlDeviceGetPowerUsage(h) / 1000.0, "reasons": int(reasons(h)),
+                        "memory_used_mib": int(lib.nvmlDeviceGetMemoryInfo(h).used) >> 20})
         except Exception:  # a GPU that cannot be read this time leaves a sample out, never a guess
             continue
     return out

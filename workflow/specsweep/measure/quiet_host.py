@@ -256,18 +256,20 @@ class GpuSampler:
 
 def gpu_telemetry(samples: list[dict]) -> list[dict]:
     """Per GPU: its samples' SM clock (min, mean, max), hottest temperature, power (mean, max),
-    the share of samples slowed for heat or power (host_facts.SLOWED) and at the power cap, and
-    every clock-event reason seen."""
+    most memory in use, the share of samples slowed for heat or power (host_facts.SLOWED) and at
+    the power cap, and every clock-event reason seen."""
     out = []
     for gpu in dict.fromkeys(s["gpu"] for s in samples):
         mine = [s for s in samples if s["gpu"] == gpu]
         clocks, power = [s["sm_clock_mhz"] for s in mine], [s["power_w"] for s in mine]
         seen = functools.reduce(operator.or_, (s["reasons"] for s in mine), 0)
+        memory = [s["memory_used_mib"] for s in mine if "memory_used_mib" in s]  # not in results before 2026-12
         out.append({
             "gpu": gpu, "samples": len(mine),
             "sm_clock_mhz": {"min": min(clocks), "mean": round(statistics.fmean(clocks), 1), "max": max(clocks)},
             "temperature_c_max": max(s["temperature_c"] for s in mine),
             "power_w": {"mean": round(statistics.fmean(power), 1), "max": round(max(power), 1)},
+            "memory_used_mib_max": max(memory) if memory else None,
             "slowed_share": round(sum(bool(s["reasons"] & host_facts.SLOWED) for s in mine) / len(mine), 4),
             "power_capped_share": round(sum(bool(s["reasons"] & host_facts.POWER_CAP) for s in mine) / len(mine), 4),
             "reasons": host_facts.clock_events(seen),

@@ -1,0 +1,85 @@
+"""The GPU smoke check's own judgement (benchmarks/gpu_smoke.py), where a GPU cannot be had: its
+stages fit one device call, and a check that found nothing to check fails instead of passing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "benchmarks" / "gpu_smoke.py")
+gpu_smoke = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_smoke)
+
+
+def test_the_stages_fit_one_device_call():
+    limits = gpu_smoke.limits_for(True, [])
+    assert list(limits) == ["install", "import", "offline", "build", "model", "pipeline"]
+    assert sum(limits.values()) < gpu_smoke.CALL_BUDGET_S == 540  # of the call's 600 s
+    assert gpu_smoke.limits_for(True, ["build=5"])["build"] == 5
+    with pytest.raises(SystemExit, match="STAGE one of install"):
+        gpu_smoke.limits_for(True, ["compile=5"])
+
+
+def _study(tmp_path, *, telemetry: list, log: str):
+    launch = tmp_path / "results" / "runs" / "tp1-b4-ctx128" / "launch1.json"
+    launch.parent.mkdir(parents=True)
+    section = {"name": "short", "output_tokens": 64, "output_tok_s": 900.0, "acceptance_length": 2.0,
+               "counters": {"llamacpp:tokens_predicted_total": 64}, "draft_tokens": 30, "draft_accepted": 20,
+               "quiet_host": {"gpu_telemetry": telemetry}}
+    launch.write_text(json.dumps({"name": "tp1-b4-ctx128", "sections": [section], "lease": {"devices": ["0"]},
+                                  "hardware": {"gpus": []}, "server": {"version": "b1"}}))
+    server_log = tmp_path / "logs" / "server" / "tp1-b4-ctx128" / "launch1.log"
+    server_log.parent.mkdir(parents=True)
+    server_log.write_text(log)
+    return tmp_path
+
+
+GOOD_TELEMETRY = [{"gpu": "0", "sm_clock_mhz": {"min": 1400, "mean": 1800, "max": 1980},
+                   "power_w": {"mean": 200.0, "max": 250.0}, "memory_used_mib_max": 1200}]
+OFFLOADED = "load_tensors: offloaded 5/5 layers to GPU\nload_tensors: CUDA0 model buffer size = 12.00 MiB\n"
+
+
+def held(checks: list[dict]) -> dict:
+    return {c["check"]: c["held"] for c in checks}
+
+
+def test_a_gpu_that_nvml_does_not_see_fails_instead_of_passing_empty(tmp_path):
+    study = _study(tmp_path, telemetry=[], log="load_tensors: offloaded 0/5 layers to GPU\n")
+    checks = held(gpu_smoke.judge(study, "/nowhere/llama-server", {"before": {}, "peak": {}, "after": {}},
+                                  gpu=True))
+    assert checks["NVML sees a GPU"] is False and checks["GPU memory came back after it"] is False
+    assert checks["GPU memory rose during the run"] is False
+    assert checks["each section's telemetry holds clocks, power and memory"] is False
+    assert checks["the server logs show every layer offloaded to CUDA"] is False
+
+
+def test_a_run_on_the_gpu_that_held_passes_each_check(tmp_path):
+    study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED)
+    memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
+    checks = held(gpu_smoke.judge(study, "/nowhere/llama-server", memory, gpu=True))
+    gpu_checks = {k: v for k, v in checks.items() if "GPU" in k or "CUDA" in k or "telemetry" in k}
+    assert gpu_checks and all(gpu_checks.values()), checks
+    assert checks["tokens are the server's counter's"] and checks["no llama-server process left"]
+    assert checks["both configurations measured"] is False  # one launch file was written here, not two
+
+
+@pytest.mark.parametrize("broken", ["no memory reading", "layers on the CPU", "memory kept", "memory never rose"])
+def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
+    unread = [{**GOOD_TELEMETRY[0], "memory_used_mib_max": None}]
+    telemetry = unread if broken == "no memory reading" else GOOD_TELEMETRY
+    log = OFFLOADED.replace("5/5", "3/5") if broken == "layers on the CPU" else OFFLOADED
+    after = (900 << 20) if broken == "memory kept" else (500 << 20)
+    peak = (510 << 20) if broken == "memory never rose" else (1700 << 20)
+    study = _study(tmp_path, telemetry=telemetry, log=log)
+    checks = held(gpu_smoke.judge(study, "/nowhere", {"before": {"0": 500 << 20}, "peak": {"0": peak},
+                                                      "after": {"0": after}}, gpu=True))
+    one_launch = {"both configurations measured", "the budget configuration drafted"}  # one file written here
+    failed = {k for k, v in checks.items() if v is False} - one_launch
+    expected = {"no memory reading": "each section's telemetry holds clocks, power and memory",
+                "layers on the CPU": "the server logs show every layer offloaded to CUDA",
+                "memory kept": "GPU memory came back after it", "memory never rose": "GPU memory rose during the run"}
+    assert failed == {expected[broken]}

@@ -261,9 +261,9 @@ def prepare(carry: Path, work: Path) -> None:
 
 def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) -> bool:
     """Stages 1-6; False at the first that did not hold (the report says which). The pipeline's
-    GPU memory: before it, its peak, after it (in ``memory``)."""
+    GPU memory, before it, its peak and after it, goes into ``memory``."""
     carry, work, env = args.carry.resolve(), args.work.resolve(), environment(args.work.resolve())
-    study_file, folder = work / "study.yaml", work / "study"
+    study_file = work / "study.yaml"
     study_file.write_text(yaml.safe_dump(smoke_study(str(work / "to-be-built"), str(work / "tiny.gguf"),
                                                      args.budget, gpu=not args.cpu)))
     wheels = sorted(str(p) for p in (carry / "whl").glob("*.whl"))
@@ -284,6 +284,13 @@ def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) 
     for name, argv in plan:
         if not run_stage(report, name, argv, env=env, limit=limits[name]):
             return False
+    return pipeline(args, report, limits["pipeline"], py, memory)
+
+
+def pipeline(args, report: Report, limit: int, py: str, memory: dict) -> bool:
+    """Stage 6: the real workflow on the built server and the tiny model, GPU memory watched."""
+    work, env = args.work.resolve(), environment(args.work.resolve())
+    study_file, folder = work / "study.yaml", work / "study"
     server = json.loads((work / "llama-server.json").read_text())
     report.doc["build"] = {k: server.get(k) for k in ("cmake_flags", "machine_flags", "cuda_libraries",
                                                        "build_seconds", "built_at", "cuda_arch")}
@@ -298,7 +305,7 @@ def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) 
         sampler.start()
     ran = run_stage(report, "pipeline", [py, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
                                          str(folder), "--configfile", str(study_file), "--cores", "1",
-                                         "results/summary.png"], env=env, limit=limits["pipeline"])
+                                         "results/summary.png"], env=env, limit=limit)
     sampler.done.set()
     time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
     memory.update(peak=sampler.peak, after=gpu_memory() if gpu else {})

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import aggregate, partial_reports, race
+from specsweep.analysis import aggregate, partial_reports
 from specsweep.measure import provenance
-from specsweep.records import paths
+from specsweep.records import paths, store
 from specsweep.study import grid, offline, prompt_sets
 from specsweep.errors import ConfigError, ProvisionError
 
@@ -180,7 +180,7 @@ def get_launches_through(last):
     ]
     for round_ in range(LAUNCHES, last if RACING else LAUNCHES):
         decided = checkpoints.race_round.get(round=round_).output[0]
-        contenders = race.read_round(decided)
+        contenders = store.read_race_round(decided)
         if not contenders:
             break
         files += [str(paths.run_result(name, round_ + 1)) for name in contenders]

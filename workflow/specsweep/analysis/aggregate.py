@@ -20,6 +20,7 @@ from specsweep.records.store import (
     failure_record,
     latest_failure,
     next_attempt,
+    read_race_round,
     read_result,
     utc_now,
     write_failure,
@@ -109,15 +110,13 @@ def launches_planned(config: dict) -> int:
 def launches_expected(config: dict, name: str, root: Path = Path(".")) -> int:
     """The launches a configuration has had planned so far: workload.launches, plus one per
     racing round whose decision (results/race/round<r>.json) gave it another."""
-    from specsweep.analysis import race  # it builds on this module
-
     racing = config["verdict"]["until_decided"]
     if not racing:
         return launches_planned(config)
     more = 0
     for round_ in range(launches_planned(config), racing["max_launches"]):
         try:
-            if name not in race.read_round(root / paths.race_round(round_)):
+            if name not in read_race_round(root / paths.race_round(round_)):
                 break
         except (OSError, ValueError, KeyError):  # not decided yet, or a damaged record: made again
             break

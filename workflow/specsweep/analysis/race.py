@@ -45,8 +45,3 @@ def write_round(config: dict, round_: int, runs: Path, failures: Path, out: Path
     write_text_atomic(Path(out), json.dumps({"round": round_, "contenders": names, "undecided": cells},
                                             indent=1) + "\n")
     return names
-
-
-def read_round(path: str | Path) -> list[str]:
-    """The configurations a round's decision gives another launch."""
-    return list(json.loads(Path(path).read_text())["contenders"])

@@ -226,8 +226,8 @@ SAMPLE_EVERY_S = 0.2
 
 
 class GpuSampler:
-    """Each held GPU's SM clock, temperature, power and clock-event reasons through one section,
-    read every SAMPLE_EVERY_S on a thread of its own (and once at each end)."""
+    """Each held GPU's SM clock, temperature, power, memory and clock-event reasons through one
+    section, read every SAMPLE_EVERY_S on a thread of its own (and once at each end)."""
 
     def __init__(self, gpus: tuple[str, ...]):
         self.gpus = gpus

@@ -142,3 +142,8 @@ def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = No
         os.chmod(target, 0o444)
         added += 1
     return added
+
+
+def read_race_round(path: str | Path) -> list[str]:
+    """The configurations a racing round's decision (analysis/race.py) gives another launch."""
+    return list(json.loads(Path(path).read_text())["contenders"])

@@ -162,3 +162,55 @@ def test_racing_stops_at_its_most_launches_and_never_resumes_a_stopped_configura
     taken = {(128, 0): 2, (128, 4): 3}
     assert race.contenders({**config, "verdict": {**config["verdict"], "until_decided": {"max_launches": 5}}},
                            frame_of(draws, taken), 3)[0] == ["tp1-b4-ctx128"]
+
+
+# --- the two checks a loose coverage bar let pass when broken (issue 35) ------------------------
+
+def _cell(gap_in_allowances: float) -> tuple[dict[int, list[float]], float, float]:
+    """Three budgets of three launches each, log values -s, 0, +s about their means (pooled SD s),
+    budget 0 and 4 level and budget 8 above them by ``gap`` allowances of one comparison; with
+    the single comparison's t and Dunnett's d for these sizes."""
+    s, n = 0.02, 3
+    d = verdict.dunnett_one_sided(n, (n, n), 6, 0.95)
+    t = float(verdict.stats.t.ppf(0.95, 6))
+    gap = gap_in_allowances * s * math.sqrt(2 / n)
+    spread = [math.exp(-s), 1.0, math.exp(s)]
+    cell = {0: [100.0 * x for x in spread], 4: [100.0 * x for x in spread],
+            8: [100.0 * math.exp(gap) * x for x in spread]}
+    return cell, t, d
+
+
+def test_a_gap_between_one_comparisons_t_and_dunnetts_d_keeps_the_slower_budgets():
+    """Beating a budget by more than one comparison's allowance is not enough when it is compared
+    with two others at once: Dunnett's d (2.34 here) is what the best set must clear, not t (1.94)."""
+    _, t, d = _cell(0.0)
+    assert d > t + 0.3
+    cell, _, _ = _cell((t + d) / 2)
+    kept = verdict.decide(cell, confidence=0.95, tie=0.0)
+    assert kept.members == (0, 4, 8) and kept.state == verdict.UNDECIDED
+    cell, _, _ = _cell(d + 0.1)  # past Dunnett's allowance: separated
+    assert verdict.decide(cell, confidence=0.95, tie=0.0).members == (8,)
+
+
+def test_the_family_wise_rate_is_the_stated_one_not_one_comparisons():
+    """Five budgets of equal truth, three launches each: a designated best is kept exactly when
+    none of its four comparisons exceeds d, which happens at the stated 95% (94.4% of these 2,000
+    cells; one comparison's t keeps it in 85.4% of the same cells). Three standard errors are 1.5
+    points: 95% is within them, the other rate far outside."""
+    rng = random.Random(35)
+    trials, kept = 2000, 0
+    for _ in range(trials):
+        cell = {b: [100.0 * math.exp(rng.gauss(0, 0.05)) for _ in range(3)] for b in (0, 2, 4, 8, 16)}
+        kept += 0 in verdict.decide(cell, confidence=0.95, tie=0.0).members
+    margin = 3 * math.sqrt(0.95 * 0.05 / trials)
+    assert 0.95 - margin <= kept / trials <= 0.95 + margin, kept
+
+
+def test_a_cell_with_mixed_launch_counts_is_decided_on_launches():
+    """Only where every budget has a single launch do the repeats stand in; one budget with two
+    launches makes the launches the units, the single-launch budget included."""
+    launch_values = {0: [100.0], 4: [104.0, 106.0]}
+    repeat_values = {0: [99.0, 101.0], 4: [103.0, 105.0, 105.5, 106.5]}
+    assert verdict.units(launch_values, repeat_values) == ({0: [100.0], 4: [104.0, 106.0]}, verdict.LAUNCHES)
+    assert verdict.units({0: [100.0], 4: [104.0]}, repeat_values) == (
+        {0: [99.0, 101.0], 4: [103.0, 105.0, 105.5, 106.5]}, verdict.REPEATS)

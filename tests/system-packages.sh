@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite needs beyond Python: a real single-node SLURM
 # (tests/e2e/test_slurm.py: slurm-wlm, munge), headless Chromium and its driver (the report read as a
-# person sees it, tests/e2e/test_study_archive.py) and tmux (what a person sees on the terminal,
-# tests/workflow/test_terminal.py). Both the README's test line and .ci/run call this script.
+# person sees it, tests/e2e/test_study_archive.py), tmux (what a person sees on the terminal,
+# tests/workflow/test_terminal.py), and unshare and ip (a network namespace with loopback only: the
+# GPU machine's and an offline node's terms, tests/e2e/test_gpu_smoke_offline.py,
+# tests/workflow/test_offline_workflow.py). Both the README's test line and .ci/run call this script.
 set -euo pipefail
-PACKAGES=(slurm-wlm munge chromium chromium-driver tmux)
-TOOLS=(slurmctld munged chromium chromedriver tmux)
+PACKAGES=(slurm-wlm munge chromium chromium-driver tmux util-linux iproute2)
+TOOLS=(slurmctld munged chromium chromedriver tmux unshare ip)
 
 missing=()
 for i in "${!TOOLS[@]}"; do

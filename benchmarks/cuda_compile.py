@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 CUBLAS = "nvidia-cublas==13.0.0.19"  # CUDA 13.0's cuBLAS, the toolkit release nvcc here is
 
@@ -59,13 +61,16 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "specsweep", "provision", "llama-source", "--out", str(source)],
                        env=env, check=True)
     t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "specsweep", "provision", "server", "--source", str(source),
+                             "--cuda-arch", "90-real", "--no-flash-attention", "--build-dir", str(work / "build"),
+                             "--log", str(work / "build.log"), "--out", str(work / "llama-server.json")], env=env)
     try:
-        done = subprocess.run([sys.executable, "-m", "specsweep", "provision", "server", "--source", str(source),
-                               "--cuda-arch", "90-real", "--no-flash-attention", "--build-dir", str(work / "build"),
-                               "--log", str(work / "build.log"), "--out", str(work / "llama-server.json")],
-                              env=env, timeout=args.stop_after)
-        code = done.returncode
-    except subprocess.TimeoutExpired:
+        code = proc.wait(timeout=args.stop_after)
+    except subprocess.TimeoutExpired:  # the whole tree (cmake, ninja, nvcc), as a time limit would
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for p in tree:
+            p.kill()
+        psutil.wait_procs(tree, timeout=10)
         code = None
     wall = time.monotonic() - t0
     [tree] = list((work / "build").glob("*/build")) or [work / "build"]

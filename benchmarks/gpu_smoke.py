@@ -5,7 +5,7 @@ checkout with the carry that benchmarks/gpu_carry.sh made beside it (docs/gpus.m
 
     python3 benchmarks/gpu_smoke.py --carry .gpu --out "$OUT"
 
-Each stage is a subprocess with its own time limit (STAGES: the GPU column adds up to 530 s), and
+Each stage is a subprocess with its own time limit (STAGES: the GPU column adds up to 535 s), and
 the JSON ($OUT/gpu_smoke.json) is written again after every stage, so a call cut short still says
 what was done and where it stopped; each stage's log lies beside it:
 
@@ -55,8 +55,8 @@ sys.path.insert(0, str(PACKAGE))
 # Seconds each stage may take: (on the GPU machine's 16 cores, with --cpu on a 2-core machine).
 # The GPU column stays under CALL_BUDGET_S: the device call's 600 s less the machine's start-up
 # and the files' return.
-STAGES = {"install": (30, 120), "import": (30, 90), "offline": (30, 90), "build": (320, 1200),
-          "model": (30, 90), "pipeline": (90, 420)}
+STAGES = {"install": (20, 120), "import": (20, 90), "offline": (20, 90), "build": (380, 1200),
+          "model": (20, 90), "pipeline": (75, 420)}
 CALL_BUDGET_S = 540
 MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
 MEMORY_ROSE = 16 << 20  # a model on the GPU shows at least this much above that level

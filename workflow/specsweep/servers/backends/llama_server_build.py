@@ -106,11 +106,15 @@ DRIVER_PLACES = ("/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/l
 
 
 def cuda_toolkit_lib() -> Path | None:
+    """The CUDA toolkit's library folder (the one with libcudart): CUDA_HOME or CUDA_PATH, else
+    where nvcc lies (a wrapper script on PATH too), else /usr/local/cuda; None without nvcc."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
-    root = Path(nvcc).resolve().parents[1]
-    return next((d for d in (root / "lib64", root / "targets" / "x86_64-linux" / "lib") if d.is_dir()), None)
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), Path(nvcc).resolve().parents[1],
+             "/usr/local/cuda"]
+    folders = [Path(r) / sub for r in roots if r for sub in ("lib64", "targets/x86_64-linux/lib")]
+    return next((d for d in folders if any(d.glob("libcudart.so*"))), None)
 
 
 def cublas_from_wheel() -> tuple[Path, Path] | None:
@@ -133,7 +137,8 @@ def cuda_library_flags() -> tuple[tuple[str, ...], list[str]]:
     for the manifest: what was found where, and what a compile-only machine went without."""
     toolkit = cuda_toolkit_lib()
     if toolkit is None:
-        raise ProvisionError("a CUDA build needs CUDA's compiler: nvcc is not on PATH")
+        raise ProvisionError("a CUDA build needs CUDA's compiler and runtime: no nvcc on PATH, or no libcudart "
+                             "beside it, in $CUDA_HOME or in /usr/local/cuda; install the CUDA toolkit")
     flags: list[str] = []
     notes: list[str] = []
     if any(toolkit.glob("libcublas.so*")):

@@ -13,6 +13,7 @@ ANSWERED = {
     "Specify a conda environment or container for each rule.:",
     "Shell command directly uses variable PYTHON from outside of the rule:",
     "Shell command directly uses variable QUIET_HOST from outside of the rule:",
+    "Environment variable PYTHONPATH used but not asserted with envvars directive:",
 }
 
 
@@ -24,7 +25,8 @@ def test_snakefmt_clean():
 
 def test_every_lint_is_answered():
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True)
-    findings = set(re.findall(r"^    \* (.+)$", proc.stdout + proc.stderr, re.MULTILINE))
+    findings = {re.sub(r" in line \d+\.:$", ":", f)  # where it stands is no part of the answer
+                for f in re.findall(r"^    \* (.+)$", proc.stdout + proc.stderr, re.MULTILINE)}
     assert findings, "expected the two answered lints; did --lint change its output?"
     assert findings <= ANSWERED, findings - ANSWERED
 

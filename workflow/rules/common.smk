@@ -49,12 +49,12 @@ if workflow.is_main_process and not workflow.output_settings.dryrun:
 #   rule is the specsweep package itself (pyproject.toml, pinned ranges), installed in the
 #   environment that runs Snakemake; the servers it drives are provisioned by rules or given
 #   by the user as commands, so a per-rule conda environment would add nothing.
+# - "Shell command directly uses variable QUIET_HOST": deliberate, for the same reason as PYTHON.
+#   The quiet-host guard's thresholds judge a measurement but do not define it: as a param,
+#   tuning them would rerun every finished configuration.
 # - "Environment variable PYTHONPATH used but not asserted with envvars directive" (Snakefile):
 #   deliberate. The Snakefile puts its own package first on its jobs' PYTHONPATH and keeps what
 #   was there; an unset PYTHONPATH is the usual case, which envvars: would refuse.
-# - "Shell command directly uses variable QUIET_HOST": deliberate, for the same reason. The
-#   quiet-host guard's thresholds judge a measurement but do not define it: as a param,
-#   tuning them would rerun every finished configuration.
 PYTHON = sys.executable
 
 # Every job records the exact command it ran under and the study config's hash (provenance).

@@ -262,7 +262,7 @@ def prepare(carry: Path, work: Path) -> None:
 def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) -> bool:
     """Stages 1-6; False at the first that did not hold (the report says which). The pipeline's
     GPU memory, before it, its peak and after it, goes into ``memory``."""
-    carry, work, env = args.carry.resolve(), args.work.resolve(), environment(args.work.resolve())
+    carry, work, env = args.carry, args.work, environment(args.work)
     study_file = work / "study.yaml"
     study_file.write_text(yaml.safe_dump(smoke_study(str(work / "to-be-built"), str(work / "tiny.gguf"),
                                                      args.budget, gpu=not args.cpu)))
@@ -284,12 +284,12 @@ def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) 
     for name, argv in plan:
         if not run_stage(report, name, argv, env=env, limit=limits[name]):
             return False
-    return pipeline(args, report, limits["pipeline"], py, memory)
+    return pipeline(args, report, limits["pipeline"], py, env, memory)
 
 
-def pipeline(args, report: Report, limit: int, py: str, memory: dict) -> bool:
+def pipeline(args, report: Report, limit: int, py: str, env: dict, memory: dict) -> bool:
     """Stage 6: the real workflow on the built server and the tiny model, GPU memory watched."""
-    work, env = args.work.resolve(), environment(args.work.resolve())
+    work = args.work
     study_file, folder = work / "study.yaml", work / "study"
     server = json.loads((work / "llama-server.json").read_text())
     report.doc["build"] = {k: server.get(k) for k in ("cmake_flags", "machine_flags", "cuda_libraries",
@@ -345,6 +345,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.provision_carry:
         return provision_carry(args.carry.resolve(), args.budget)
+    args.carry, args.work = args.carry.resolve(), args.work.resolve()
     gpu = not args.cpu
     limits = limits_for(gpu, args.stage_timeout)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -352,15 +353,15 @@ def main() -> int:
     report.save()
     memory: dict = {"before": {}, "peak": {}, "after": {}}
     try:
-        prepare(args.carry.resolve(), args.work.resolve())
+        prepare(args.carry, args.work)
         ran = stages(args, report, limits, sys.executable, memory)
     except Exception as exc:  # the script's own failure is a finding too, written like the others
         report.doc.update(error=f"{type(exc).__name__}: {exc}", stopped_at=report.doc["stopped_at"] or "script")
         ran = False
     if ran:
         report.doc["gpu_memory"] = memory
-        report.doc["checks"] = judge(args.work.resolve() / "study", report.doc["binary"], memory, gpu=gpu)
-        best = args.work.resolve() / "study" / "results" / "best.csv"
+        report.doc["checks"] = judge(args.work / "study", report.doc["binary"], memory, gpu=gpu)
+        best = args.work / "study" / "results" / "best.csv"
         report.doc["verdicts"] = best.read_text().splitlines() if best.is_file() else []
         if any(c["held"] is False for c in report.doc["checks"]):
             report.doc["stopped_at"] = "checks"

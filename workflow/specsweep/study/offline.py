@@ -37,18 +37,29 @@ def missing(config: dict) -> list[Artifact]:
     return [a for a in artifacts(config) if not a.cached() and not paths.manifest(a.target).is_file()]
 
 
-def check(config: dict, study_file: str = "STUDY.yaml") -> None:
-    """Refuse a run that would reach for the package index where no index answers (asked only
-    when something is missing: a provisioned study never touches the network)."""
-    need = missing(config)
+def refusal(need: list[Artifact], study_file: str = "STUDY.yaml") -> str | None:
+    """Why a run that needs these from the package index cannot have them here, naming the fix; None
+    when nothing is needed or an index answers (asked only then: a provisioned study never touches
+    the network)."""
     if not need or (problem := index_problem()) is None:
-        return
-    raise ProvisionError(
-        f"this study needs {', '.join(a.requirement for a in need)} from the package index "
-        f"(for {', '.join(a.target for a in need)}), which the cache {cache_dir()} does not hold, and no package "
-        f"index answers here ({problem}). Where the index is reached, run: SPECSWEEP_CACHE=FOLDER specsweep "
-        f"provision study --config {study_file}; then carry FOLDER here and run with SPECSWEEP_CACHE=FOLDER "
-        f"(docs/offline.md)")
+        return None
+    return (f"this study needs {', '.join(a.requirement for a in need)} from the package index "
+            f"(for {', '.join(a.target for a in need)}), which the cache {cache_dir()} does not hold, and no package "
+            f"index answers here ({problem}). Where the index is reached, run: SPECSWEEP_CACHE=FOLDER specsweep "
+            f"provision study --config {study_file}; then carry FOLDER here and run with SPECSWEEP_CACHE=FOLDER "
+            f"(docs/offline.md)")
+
+
+def check(config: dict, study_file: str = "STUDY.yaml") -> None:
+    """Refuse a run that would reach for the package index where no index answers."""
+    if reason := refusal(missing(config), study_file):
+        raise ProvisionError(reason)
+
+
+def status(config: dict) -> list[str]:
+    """A line per thing the study takes from the package index: cached or not, and where."""
+    return [f"{a.target}: {a.requirement}: {'cached' if a.cached() else 'not cached'} ({a.folder})"
+            for a in artifacts(config)] or ["nothing: the study brings its server, model and prompts"]
 
 
 def provision(config: dict, log_path: Path) -> list[str]:

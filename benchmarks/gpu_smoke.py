@@ -169,9 +169,13 @@ class MemoryPeak(threading.Thread):
 
 
 def llama_processes(binary: str) -> list[dict]:
+    """Processes running this binary: its path is the program, not a word anywhere in a command line
+    (a path named in another program's arguments is not a server left running)."""
     import psutil
 
-    return [p.info for p in psutil.process_iter(["pid", "cmdline"]) if binary in " ".join(p.info["cmdline"] or [])]
+    target = os.path.realpath(binary)
+    return [p.info for p in psutil.process_iter(["pid", "exe", "cmdline"])
+            if target in {os.path.realpath(p.info["exe"] or "/"), os.path.realpath((p.info["cmdline"] or ["/"])[0])}]
 
 
 def configuration_facts(path: Path) -> dict:

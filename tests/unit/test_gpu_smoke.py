@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -49,7 +52,7 @@ def held(checks: list[dict]) -> dict:
 
 def test_a_gpu_that_nvml_does_not_see_fails_instead_of_passing_empty(tmp_path):
     study = _study(tmp_path, telemetry=[], log="load_tensors: offloaded 0/5 layers to GPU\n")
-    checks = held(gpu_smoke.judge(study, "/nowhere/llama-server", {"before": {}, "peak": {}, "after": {}},
+    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), {"before": {}, "peak": {}, "after": {}},
                                   gpu=True))
     assert checks["NVML sees a GPU"] is False and checks["GPU memory came back after it"] is False
     assert checks["GPU memory rose during the run"] is False
@@ -60,7 +63,7 @@ def test_a_gpu_that_nvml_does_not_see_fails_instead_of_passing_empty(tmp_path):
 def test_a_run_on_the_gpu_that_held_passes_each_check(tmp_path):
     study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
-    checks = held(gpu_smoke.judge(study, "/nowhere/llama-server", memory, gpu=True))
+    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
     gpu_checks = {k: v for k, v in checks.items() if "GPU" in k or "CUDA" in k or "telemetry" in k}
     assert gpu_checks and all(gpu_checks.values()), checks
     assert checks["tokens are the server's counter's"] and checks["no llama-server process left"]
@@ -75,7 +78,7 @@ def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
     after = (900 << 20) if broken == "memory kept" else (500 << 20)
     peak = (510 << 20) if broken == "memory never rose" else (1700 << 20)
     study = _study(tmp_path, telemetry=telemetry, log=log)
-    checks = held(gpu_smoke.judge(study, "/nowhere", {"before": {"0": 500 << 20}, "peak": {"0": peak},
+    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), {"before": {"0": 500 << 20}, "peak": {"0": peak},
                                                       "after": {"0": after}}, gpu=True))
     one_launch = {"both configurations measured", "the budget configuration drafted"}  # one file written here
     failed = {k for k, v in checks.items() if v is False} - one_launch
@@ -83,3 +86,20 @@ def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
                 "layers on the CPU": "the server logs show every layer offloaded to CUDA",
                 "memory kept": "GPU memory came back after it", "memory never rose": "GPU memory rose during the run"}
     assert failed == {expected[broken]}
+
+
+def test_a_server_left_running_is_found_by_its_program_not_by_a_word_in_another_command_line(tmp_path):
+    binary = tmp_path / "llama-server"
+    shutil.copy(shutil.which("sleep"), binary)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(binary)])
+    try:
+        assert gpu_smoke.llama_processes(str(binary)) == []  # the path is only an argument here
+        server = subprocess.Popen([str(binary), "60"])
+        try:
+            assert [p["pid"] for p in gpu_smoke.llama_processes(str(binary))] == [server.pid]
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -14,7 +14,10 @@ It answers as SGLang's own source says, file by file (all in the sglang 0.5.23 w
   ``max_total_num_tokens`` (the KV pool, ``--max-total-tokens`` here) as 0.5.23's
   ``GetServerInfoResponse`` declares them, ``max_req_input_len`` (min(context, pool) - 1 - 5) as
   newer servers add it (shared/reference/servers.md, December), and ``version``;
-  ``/tokenize`` is the OpenAI-style route.
+  ``/tokenize`` is the OpenAI-style route. ``--server-info newer`` answers as newer servers do
+  (``asdict(server_args)``: ``context_length`` as passed, no ``max_context_length``, beside the
+  scheduler's ``max_total_num_tokens`` and ``max_req_input_len``); ``missing`` answers 404 on both
+  routes, as a fork that renamed them would.
 - ``sglang/srt/managers/scheduler.py``: a pool smaller than input + output clips the request's
   ``max_new_tokens`` to what fits, without an error (``init_req_max_new_tokens``).
 - ``sglang/srt/managers/tokenizer_manager.py``: ``meta_info`` has ``id``, ``prompt_tokens``,
@@ -34,7 +37,7 @@ With ``--api-types FILE`` (SGLang's own ``api_types.py``) every ``/generate`` bo
 its ``GenerateRequest``, exactly as the real server's contract check does.
 
     python tests/doubles/sglang_standin.py --port {port} --context-length {ctx_size}
-        [--speculative-num-draft-tokens {budget}] [--spelling new|between|old]
+        [--speculative-num-draft-tokens {budget}] [--spelling new|between|old] [--server-info newer|missing]
         [--fault die-at-request:N|error-at-request:N] [--api-types FILE]
 """
 
@@ -128,6 +131,14 @@ def make_handler(state: State):
                 time.sleep(1.0)  # the handler polls once a second for the generated token
                 return self._empty(200)
             if self.path in ("/server_info", "/get_server_info"):
+                if state.args.server_info == "missing":
+                    return self._json(404, {"detail": "Not Found"})
+                if state.args.server_info == "newer":  # asdict(server_args) + the scheduler's limits
+                    return self._json(200, {
+                        "model_path": state.args.model_path, "context_length": state.args.context_length,
+                        "tp_size": state.args.tp, "max_total_num_tokens": state.args.max_total_tokens,
+                        "max_req_input_len": min(state.args.context_length, state.args.max_total_tokens) - 1 - 5,
+                        "version": VERSION})
                 return self._json(200, {
                     "model_path": state.args.model_path, "served_model_name": state.args.model_path,
                     "tokenizer_path": state.args.model_path, "context_length": state.args.context_length,
@@ -261,6 +272,7 @@ def main() -> None:
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=0)
     parser.add_argument("--spelling", choices=sorted(SPELLINGS), default="new")
+    parser.add_argument("--server-info", choices=["0.5.23", "newer", "missing"], default="0.5.23")
     parser.add_argument("--api-key")
     parser.add_argument("--api-types", help="SGLang's own sglang/api/v1/api_types.py: validate every request")
     parser.add_argument("--fault", default="none")

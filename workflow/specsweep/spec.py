@@ -113,6 +113,7 @@ class RunSpec:
     axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
     objective: Objective | None = None  # workload.objective: the goodput search after the sections
     launch: int = 1  # which of the configuration's server launches this is (workload.launches)
+    preflight: str = "record"  # server.preflight: "strict" refuses a launch whose checks could not read their facts
 
     @property
     def values(self) -> dict:

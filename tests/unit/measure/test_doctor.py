@@ -30,9 +30,10 @@ def test_the_default_study_is_ready_on_this_machine(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     names = [line.split()[1] for line in lines[:-1]]
-    assert names == ["server", "model", "provision", "quiet-host", "port", "locks", "disk"], lines
+    assert names == ["server", "model", "provision", "preflight", "quiet-host", "port", "locks", "disk"], lines
     assert all(line.startswith("ok  ") for line in lines[:-1]) and "checks passed" in lines[-1]
-    assert "embedded llama-server" in lines[0] and "others used" in lines[3]
+    assert "embedded llama-server" in lines[0] and "others used" in lines[4]
+    assert "/props" in lines[3] and "server.preflight: record" in lines[3]
 
 
 def test_the_seed_gpu_study_names_each_missing_piece_on_a_machine_without_them(tmp_path):
@@ -45,6 +46,8 @@ def test_the_seed_gpu_study_names_each_missing_piece_on_a_machine_without_them(t
     assert "/models/Qwen3.6-27B does not exist" in failed["model"]
     assert "no GPU" in failed["gpus"] and "nvidia-ml-py" in failed["gpus"]
     assert "host-not-ready" in done.stderr and "server, model, gpus" in done.stderr
+    preflight = next(line for line in done.stdout.splitlines() if line.split()[1] == "preflight")
+    assert "max_total_num_tokens" in preflight and "/server_info" in preflight
 
 
 def test_a_python_without_the_server_is_named(tmp_path):

@@ -407,6 +407,51 @@ def test_a_kv_pool_too_small_for_prompt_and_output_is_refused_before_it_clips_th
     assert code == 2 and "inputs of at most 54 tokens (max_req_input_len), grid.context is 64" in err, err
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_server_that_does_not_say_its_limits_is_recorded_unchecked_or_refused(tmp_path, strict):
+    """Both info routes 404: the checks read nothing, so they must say so (or refuse), never pass."""
+    doc = sglang_study(tmp_path, "--server-info", "missing", tp=(1,), budgets=(0,))
+    if strict:
+        config = yaml.safe_load(doc.read_text())
+        config["server"]["preflight"] = "strict"
+        doc.write_text(yaml.safe_dump(config))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    why = "context not checked: /server_info answered 404, /get_server_info answered 404"
+    assert why in err, err
+    result = tmp_path / "runs" / "tp1-b0-ctx64.json"
+    if strict:
+        assert code == 2 and "refused by server.preflight: strict" in err and not result.exists()
+        return
+    assert code == 0, err
+    preflight = load(result)["server"]["preflight"]
+    assert preflight["checked"] == [] and why in preflight["unchecked"]
+    assert any(line.startswith("KV pool not checked: /server_info answered 404") for line in preflight["unchecked"])
+
+
+def test_newer_sglang_is_checked_on_the_limits_it_resolved_not_the_length_it_echoes(tmp_path):
+    doc = sglang_study(tmp_path, "--server-info", "newer", tp=(1,), budgets=(0,))
+    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    assert code == 0, err
+    preflight = load(tmp_path / "runs" / "tp1-b0-ctx64.json")["server"]["preflight"]
+    assert preflight["unchecked"] == [], preflight
+    assert [c.split(":")[0] for c in preflight["checked"]] == ["input length", "KV pool"]
+    # The echoed context_length alone is no check: without the resolved limits it is said unchecked.
+    facts = backends.Facts(detail={"context_length": 4096})
+    spec = spec_of(yaml.safe_load(doc.read_text()), "tp1-b0-ctx64")
+    unchecked = backends.get("sglang").check_context(spec, facts).unchecked
+    assert unchecked[0] == ("context not checked: /server_info gives no max_context_length (its context_length "
+                            "only echoes --context-length)"), unchecked
+
+
+@pytest.mark.parametrize("backend", ["llama-server", "vllm"])
+def test_every_backend_says_its_context_unchecked_when_its_route_did_not_answer(backend, tmp_path):
+    spec = spec_of({"backend": backend, "grid": {"budget": [0], "tp": [1], "context": [64]}}, "tp1-b0-ctx64")
+    route = {"llama-server": "/props", "vllm": "/v1/models"}[backend]
+    preflight = backends.get(backend).check_context(spec, backends.Facts(unread=f"{route} answered 404"))
+    assert preflight == backends.Preflight(unchecked=(f"context not checked: {route} answered 404",))
+    assert backends.get(backend).check_context(spec, backends.Facts(max_context=4096)).checked
+
+
 # --- the plan --------------------------------------------------------------------------------------
 
 def _dry_run(tmp_path: Path, *extra: str) -> str:

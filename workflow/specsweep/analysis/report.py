@@ -80,7 +80,8 @@ def _budgets(values) -> str:
     return " ".join(str(int(v)) for v in sorted(values))
 
 
-def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
+def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked: dict[str, list[str]] | None = None
+               ) -> str:
     """The report's first page (reStructuredText): the answer, then what is missing and why."""
     bad = not_ok(frame)
     title = f"specsweep: {config['study']}"
@@ -118,6 +119,11 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame) -> str:
         lines.append("Every configuration has a valid result.")
     for row in bad.itertuples():
         lines.append(f"- ``{row.name}``: **{row.status}**: {_rst_text(row.reason)}")
+    if unchecked:
+        lines += ["", "Measured with a check unread", "----------------------------", "",
+                  "The server did not say what these checks before the first section needed; the figures stand, "
+                  "the limits were not tested (server.preflight: strict refuses such a launch).", ""]
+        lines += [f"- ``{name}``: {_rst_text('; '.join(why))}" for name, why in unchecked.items()]
     lines += ["", "The figures, the tables, the failures and one page per configuration are in the categories "
               "of this report (menu on the left); the study's merged configuration is under Study."]
     return "\n".join(lines) + "\n"
@@ -215,6 +221,25 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
     return pages
 
 
+def unchecked_checks(frame: pd.DataFrame, runs_dir: Path) -> dict[str, list[str]]:
+    """{configuration: the preflight checks its launches could not read} over the measured ones."""
+    found = {}
+    for name in frame.loc[frame["status"] == OK, "name"].unique():
+        why = [line for p in paths.launch_results(runs_dir, name).values()
+               for line in (store.read_result(p).server.get("preflight") or {}).get("unchecked", [])]
+        if why:
+            found[name] = sorted(set(why))
+    return found
+
+
+def _preflight_words(result: Result) -> dict[str, str]:
+    preflight = result.server.get("preflight")
+    if preflight is None:  # results written before the preflight was recorded
+        return {"checked before measuring": "not recorded (a result from before specsweep recorded it)"}
+    return {"checked before measuring": "; ".join(preflight["checked"]) or "nothing",
+            "NOT checked": "; ".join(preflight["unchecked"]) or "none"}
+
+
 def _measured(results: list[Result], rows: pd.DataFrame) -> str:
     """A configuration's page: its figures (the launches' mean), each launch's throughput, and
     what was measured where (the first launch's facts; every launch's times)."""
@@ -223,7 +248,7 @@ def _measured(results: list[Result], rows: pd.DataFrame) -> str:
                   "draft_acceptance_rate", "sustained_rate_rps"]]
     result = results[0]
     facts = {"server command": " ".join(result.server["command"]), "server version": result.server["version"],
-             "model": json.dumps(result.model), "hardware": json.dumps(result.hardware),
+             **_preflight_words(result), "model": json.dumps(result.model), "hardware": json.dumps(result.hardware),
              **{f"launch {r.spec.get('launch', 1)} started / finished": f"{r.started_at} / {r.finished_at}"
                 for r in results}}
     items = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts.items())
@@ -260,7 +285,7 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
               study_yaml: str, study_html: Path) -> None:
     best = best_table(frame, confidence=config["verdict"]["confidence"], tie=config["verdict"]["tie"])
     store.write_text_atomic(best_csv, best.to_csv(index=False))
-    store.write_text_atomic(front, front_page(config, frame, best))
+    store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, runs_dir)))
     summary_html, best_html = tables_html
     keys = ["name", *axes.columns(frame.columns), *axes.within(frame.columns)]
     shown = frame[keys + [c for c in SUMMARY_SHOWN if c in frame.columns]]

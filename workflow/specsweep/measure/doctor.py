@@ -44,7 +44,8 @@ class Check:
 
 def run_checks(config: dict, *, results: Path = Path("results"), idle_s: float = IDLE_S) -> list[Check]:
     backend = backends.get(config["backend"])
-    checks = [server_check(config, backend), model_check(config, backend), provision_check(config)]
+    checks = [server_check(config, backend), model_check(config, backend), provision_check(config),
+              preflight_check(config, backend)]
     if config["server"]["gpu"]:
         checks.append(gpu_check(max(config["grid"]["tp"])))
     checks += [quiet_host_check(config, idle_s), port_check(), lock_check(), disk_check(config, results)]
@@ -61,6 +62,17 @@ def provision_check(config: dict) -> Check:
         return Check("provision", False, reason, "then run doctor again with SPECSWEEP_CACHE set")
     return Check("provision", True, f"{', '.join(a.requirement for a in need)} not cached yet; the package index "
                                     f"answers, the run fetches them")
+
+
+def preflight_check(config: dict, backend) -> Check:
+    """What each launch checks against its running server before measuring, and what happens when
+    the server does not say (a mode, not a probe: the server is not started here)."""
+    if config["server"]["preflight"] == "strict":
+        then = "a launch whose server does not say is refused (server.preflight: strict)"
+    else:
+        then = ("a launch whose server does not say is measured and marked 'not checked' in its result, report and "
+                "terminal (server.preflight: record; strict refuses it)")
+    return Check("preflight", True, f"each launch reads {backend.preflight_reads}; {then}")
 
 
 def server_check(config: dict, backend) -> Check:

@@ -137,13 +137,14 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
             startup_s = time.monotonic() - t_launch
             say(spec, f"ready after {startup_s:.1f} s")
             facts = backend.facts(server.base_url, spec, headers=server.headers)
-            backend.check_context(spec, facts)
+            checked = _server_checks(spec, backend, facts)
             measured = _measure(spec, server, settings, lease.gpus, prompt_source)
         held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                 "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
                 "lock_dir": str(leases.lock_dir())}
-        result = build_result(spec, argv=server.shown_argv, facts=facts, measured=measured, started_at=started_at,
-                              startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held, settings=settings,
+        result = build_result(spec, argv=server.shown_argv, facts=facts, checked=checked, measured=measured,
+                              started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
+                              settings=settings,
                               hardware=hw, env=templates.redact_env(server.env, secrets(spec)),
                               provenance=provenance.collect(secrets(spec)))
         doc = result.to_json()
@@ -152,6 +153,18 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
         say(spec, f"result written to {out}")
     say(spec, measured_line(spec, doc, paths.runs_of(out)), terminal=True)
     return doc
+
+
+def _server_checks(spec: RunSpec, backend, facts: backends.Facts) -> backends.Preflight:
+    """The checks against the running server before the first section; what they could not read
+    is said, or refused in strict mode (server.preflight)."""
+    checked = backend.check_context(spec, facts)
+    if checked.unchecked and spec.preflight == "strict":
+        raise ConfigError(f"{'; '.join(checked.unchecked)}: refused by server.preflight: strict (make the "
+                          f"server report it, or set server.preflight: record to measure and say so)")
+    for line in checked.unchecked:
+        say(spec, line, terminal=True)
+    return checked
 
 
 def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
@@ -371,7 +384,8 @@ def record_doc(record: RequestRecord) -> dict:
             "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, started_at, startup_s, job_s,
+def build_result(spec: RunSpec, *, argv, facts: backends.Facts, checked: backends.Preflight | None = None,
+                 measured, started_at, startup_s, job_s,
                  lease: dict | None = None, settings: quiet_host.Settings | None = None,
                  hardware: dict | None = None, env: dict | None = None, provenance: dict | None = None) -> Result:
     """The result document of one measured configuration (``settings``: the quiet-host settings
@@ -391,6 +405,7 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, measured, starte
             "budget": backends.get(spec.backend).budget_meaning(spec),
             "total_slots": facts.total_slots,
             "reported": facts.detail,
+            "preflight": asdict(checked or backends.Preflight()),
         },
         model=model_facts(spec.model_path),
         host={"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version()},

@@ -52,6 +52,7 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | N
         allow_remote_bind=server["allow_remote_bind"],
         gpu=server["gpu"],
         env=dict(server["env"]),
+        preflight=server["preflight"],
         axes=dict(own or {}),
         excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context, **(own or {})),
         objective=Objective(**workload["objective"]) if workload.get("objective") else None,

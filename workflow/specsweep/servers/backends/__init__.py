@@ -10,9 +10,9 @@ import importlib
 import pkgutil
 
 from specsweep.errors import ConfigError
-from specsweep.servers.backends.base import Backend, Facts, Final
+from specsweep.servers.backends.base import Backend, Facts, Final, Preflight
 
-__all__ = ["BACKENDS", "Backend", "Facts", "Final", "get"]
+__all__ = ["BACKENDS", "Backend", "Facts", "Final", "Preflight", "get"]
 
 
 def _discover() -> dict[str, Backend]:

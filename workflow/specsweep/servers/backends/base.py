@@ -45,6 +45,19 @@ class Facts:
     build_info: str | None = None
     total_slots: int | None = None
     detail: dict = field(default_factory=dict)
+    unread: str = ""  # why the route holding the limits could not be read ("/props answered 404")
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks before the first section could test against the running server, and what
+    they could not, each with why: a check whose facts were not read never counts as passed."""
+
+    checked: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+    def __add__(self, other: Preflight) -> Preflight:
+        return Preflight(self.checked + other.checked, self.unchecked + other.unchecked)
 
 
 class Backend:
@@ -59,6 +72,8 @@ class Backend:
     no_embedded: str = ""  # why a backend offers no embedded server or model, for the refusal
     version_argv: tuple[str, ...] = ("--version",)  # after {binary}: prints the server's version (doctor)
     model_is_file: bool = False  # llama-server serves one GGUF file; the others load folders or hub ids
+    context_field: str = "its context length"  # where facts() reads it, for "context not checked"
+    preflight_reads: str = "nothing"  # what the checks before the first section read from the server (doctor)
     health_route: str = "/health"
     health_timeout_s: float = 2.0
     generate_route: str = ""
@@ -115,14 +130,13 @@ class Backend:
     def facts(self, base_url: str, spec: RunSpec, *, headers: dict[str, str] | None = None) -> Facts:
         return Facts()
 
-    def check_context(self, spec: RunSpec, facts: Facts) -> None:
-        """The running server must give one request room for the longest prompt + output."""
-        need = spec.context + spec.max_output_tokens
-        if facts.max_context is not None and facts.max_context < need:
-            raise ConfigError(
-                f"{self.name} reports a context of {facts.max_context} tokens per request, the longest "
-                f"request needs {need}; raise {{ctx_size}}'s flag in server.command or lower grid.context"
-            )
+    def check_context(self, spec: RunSpec, facts: Facts) -> Preflight:
+        """The running server must give one request room for the longest prompt + output: refused
+        (ConfigError) where it does not, recorded as unchecked where it did not say."""
+        return context_check(facts.max_context, spec.context + spec.max_output_tokens, facts.unread,
+                             f"{self.name} reports a context of {{limit}} tokens per request, the longest request "
+                             f"needs {{need}}; raise {{{{ctx_size}}}}'s flag in server.command or lower grid.context",
+                             field=self.context_field)
 
     def budget_meaning(self, spec: RunSpec) -> dict:
         """What this configuration's budget meant on this server: the flag (or JSON key) it went
@@ -193,14 +207,37 @@ def post_json(url: str, body: dict, *, headers: dict[str, str] | None, timeout: 
     return doc
 
 
-def get_json(url: str, *, headers: dict[str, str] | None, timeout: float = 5.0) -> dict:
-    """A JSON object from a GET, or {} when the route is missing or says something else."""
+def read_json(url: str, *, headers: dict[str, str] | None, timeout: float = 5.0) -> tuple[dict, str]:
+    """(a JSON object from a GET, "") or ({}, why not: "/props answered 404"), for a check that
+    must say what it could not read."""
+    route = "/" + url.split("/", 3)[-1]
     try:
         resp = requests.get(url, timeout=timeout, headers=headers)
-        doc = resp.json() if resp.status_code == 200 else {}
-    except (requests.RequestException, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    except requests.RequestException as exc:
+        return {}, f"{route} did not answer ({type(exc).__name__})"
+    if resp.status_code != 200:
+        return {}, f"{route} answered {resp.status_code}"
+    try:
+        doc = resp.json()
+    except ValueError:
+        return {}, f"{route} answered no JSON"
+    return (doc, "") if isinstance(doc, dict) else ({}, f"{route} answered no JSON object")
+
+
+def get_json(url: str, *, headers: dict[str, str] | None, timeout: float = 5.0) -> dict:
+    """A JSON object from a GET, or {} when the route is missing or says something else."""
+    return read_json(url, headers=headers, timeout=timeout)[0]
+
+
+def context_check(limit, need: int, unread: str, refusal: str, *, what: str = "context",
+                  field: str = "its context length") -> Preflight:
+    """One limit the server reported, against what one request needs: ConfigError (``refusal``
+    with {limit} and {need}) below it, checked at or above it, unchecked with why when unread."""
+    if not isinstance(limit, int):
+        return Preflight(unchecked=(f"{what} not checked: {unread or f'the server reports no {field}'}",))
+    if limit < need:
+        raise ConfigError(refusal.format(limit=limit, need=need))
+    return Preflight(checked=(f"{what}: {limit} tokens, {need} needed",))
 
 
 def token_list(tokens, where: str) -> list[int]:

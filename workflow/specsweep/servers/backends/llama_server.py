@@ -19,10 +19,12 @@ from specsweep.servers.backends.base import (
     Backend,
     Facts,
     Final,
+    Preflight,
     check_counts,
+    context_check,
     counters_acceptance,
-    get_json,
     post_json,
+    read_json,
     token_list,
 )
 from specsweep.servers.backends.llama_server_build import model_artifact, server_artifact
@@ -41,6 +43,7 @@ class LlamaServer(Backend):
     budget_flags = (("--spec-ngram-mod-n-max", 0, "at most B drafted tokens a step (ngram-mod's longest draft)"),
                     ("--spec-draft-n-max", 0, "at most B drafted tokens a step (the draft model's)"))
     model_is_file = True
+    preflight_reads = "the slot context (/props default_generation_settings.n_ctx)"
     embedded = {"binary": "llama-server", "model": "model"}  # what "embedded" provisions: results/provision/<name>.json
     generate_route = "/completion"
     token_counter = "llamacpp:tokens_predicted_total"
@@ -79,17 +82,16 @@ class LlamaServer(Backend):
         return token_list(doc.get("tokens"), "/tokenize")
 
     def facts(self, base_url: str, spec, *, headers=None) -> Facts:
-        info = get_json(f"{base_url}/props", headers=headers)
+        info, unread = read_json(f"{base_url}/props", headers=headers)
         return Facts(version=binary_version(spec.binary), build_info=info.get("build_info"),
                      max_context=(info.get("default_generation_settings") or {}).get("n_ctx"),
-                     total_slots=info.get("total_slots"))
+                     total_slots=info.get("total_slots"), unread=unread)
 
-    def check_context(self, spec, facts: Facts) -> None:
+    def check_context(self, spec, facts: Facts) -> Preflight:
         # llama-server stops a request once only one free cell is left, hence the + 1.
-        need = spec.context + spec.max_output_tokens + 1
-        if isinstance(facts.max_context, int) and facts.max_context < need:
-            raise ConfigError(f"the server reports a slot context of {facts.max_context} tokens, "
-                              f"a request needs {need}")
+        return context_check(facts.max_context, spec.context + spec.max_output_tokens + 1, facts.unread,
+                             "the server reports a slot context of {limit} tokens, a request needs {need}",
+                             field="slot context (/props default_generation_settings.n_ctx)")
 
     def artifacts(self, pins: dict) -> dict[str, Artifact]:
         return {"binary": server_artifact(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"]),

@@ -24,7 +24,16 @@ validates against), ``sglang/srt/entrypoints/http_server.py`` (routes), and
 from __future__ import annotations
 
 from specsweep.errors import ConfigError, InvalidResponse
-from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, flag_value, get_json
+from specsweep.servers.backends.base import (
+    Backend,
+    Facts,
+    Final,
+    Preflight,
+    check_counts,
+    context_check,
+    flag_value,
+    read_json,
+)
 
 # (accepted, proposed) draft-token fields of meta_info, newest spelling first.
 DRAFT_FIELDS = (
@@ -53,6 +62,8 @@ class SGLang(Backend):
     # B + 1 wide (sgl-project/sglang#29907): a tree of B drafts, not a chain.
     budget_flags = (("--speculative-num-draft-tokens", -1, "B - 1 drafted tokens a step (the root counts in B)"),
                     ("--speculative-ddtree-budget", 0, "a tree of B drafted nodes a step, verified B + 1 wide"))
+    preflight_reads = ("the context (max_context_length, or max_req_input_len on newer servers) and the KV pool "
+                       "(max_total_num_tokens) in /server_info")
     health_timeout_s = 30.0  # SGLANG_HEALTH_CHECK_TIMEOUT is 20 s; the answer takes at least 1 s
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"
@@ -108,37 +119,51 @@ class SGLang(Backend):
 
     def facts(self, base_url: str, spec, *, headers=None) -> Facts:
         # 0.5.23's contract (api/v1/api_types.py, GetServerInfoResponse) has max_context_length and
-        # max_total_num_tokens; newer servers return asdict(server_args) (so context_length is what we
-        # passed) plus the scheduler's max_total_num_tokens (the KV pool) and max_req_input_len
+        # max_total_num_tokens; newer servers return asdict(server_args), whose context_length is
+        # only the --context-length we passed (so never read as a check), plus the scheduler's
+        # max_total_num_tokens (the KV pool) and max_req_input_len (the longest input it resolved)
         # (srt/entrypoints/http_server.py::get_server_info; shared/reference/servers.md, December).
-        info = get_json(f"{base_url}/server_info", headers=headers) or get_json(
-            f"{base_url}/get_server_info", headers=headers)  # before the rename
-        context = info.get("max_context_length") or info.get("context_length")
-        keep = ("tp_size", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_draft_model_path",
-                "speculative_ddtree_budget", "max_total_num_tokens", "max_req_input_len", "mem_fraction_static",
-                "cuda_graph_max_bs")
+        info, unread = read_json(f"{base_url}/server_info", headers=headers)
+        if not info:  # before the rename
+            info, older = read_json(f"{base_url}/get_server_info", headers=headers)
+            unread = f"{unread}, {older}" if older else ""
+        context = info.get("max_context_length")
+        keep = ("tp_size", "context_length", "speculative_algorithm", "speculative_num_draft_tokens",
+                "speculative_draft_model_path", "speculative_ddtree_budget", "max_total_num_tokens",
+                "max_req_input_len", "mem_fraction_static", "cuda_graph_max_bs")
         return Facts(version=str(info.get("version") or "unknown"),
                      max_context=context if isinstance(context, int) else None,
-                     detail={k: info[k] for k in keep if k in info})
+                     detail={k: info[k] for k in keep if k in info}, unread=unread)
 
-    def check_context(self, spec, facts: Facts) -> None:
-        """Beyond the context length: the KV pool and the longest input SGLang will take.
+    def check_context(self, spec, facts: Facts) -> Preflight:
+        """The context, the longest input SGLang takes, and the KV pool, each as the server resolved it.
 
         A pool smaller than prompt + output does not fail a request: the scheduler clips
         max_new_tokens to what fits (srt/managers/scheduler.py, init_req_max_new_tokens), and the
         run would fail later as a token shortfall. Refused here, before the first section.
         """
-        super().check_context(spec, facts)
-        pool, longest = facts.detail.get("max_total_num_tokens"), facts.detail.get("max_req_input_len")
+        echoed = "" if facts.unread else ("/server_info gives no max_context_length (its context_length only echoes "
+                                          "--context-length)")
         need = spec.context + spec.max_output_tokens
-        if isinstance(longest, int) and longest < spec.context:
-            raise ConfigError(f"sglang takes inputs of at most {longest} tokens (max_req_input_len), grid.context "
-                              f"is {spec.context}; lower grid.context, or raise --context-length and the KV pool")
-        if isinstance(pool, int) and pool < need:
-            raise ConfigError(f"sglang's KV cache holds {pool} tokens (max_total_num_tokens), one request needs {need} "
-                              f"(context {spec.context} + output {spec.max_output_tokens}), and sglang would cut "
-                              f"its output short; raise --mem-fraction-static, use more GPUs (grid.tp), or lower "
-                              f"grid.context or the sections' output_tokens")
+        context = context_check(facts.max_context, need, facts.unread or echoed, self.CONTEXT_REFUSAL)
+        longest = context_check(facts.detail.get("max_req_input_len"), spec.context, facts.unread,
+                                self.INPUT_REFUSAL, what="input length", field="max_req_input_len")
+        pool = context_check(facts.detail.get("max_total_num_tokens"), need, facts.unread,
+                             self.POOL_REFUSAL.replace("{context}", str(spec.context)).replace(
+                                 "{output}", str(spec.max_output_tokens)),
+                             what="KV pool", field="max_total_num_tokens")
+        if context.unchecked and longest.checked:  # newer servers: the resolved input limit stands for it
+            context = Preflight()
+        return context + longest + pool
+
+    CONTEXT_REFUSAL = ("sglang reports a context of {limit} tokens per request (max_context_length), the longest "
+                       "request needs {need}; raise --context-length ({{ctx_size}}) or lower grid.context")
+    INPUT_REFUSAL = ("sglang takes inputs of at most {limit} tokens (max_req_input_len), grid.context is {need}; "
+                     "lower grid.context, or raise --context-length and the KV pool")
+    POOL_REFUSAL = ("sglang's KV cache holds {limit} tokens (max_total_num_tokens), one request needs {need} "
+                    "(context {context} + output {output}), and sglang would cut its output short; raise "
+                    "--mem-fraction-static, use more GPUs (grid.tp), or lower grid.context or the sections' "
+                    "output_tokens")
 
     def acceptance_length(self, records, delta) -> float | None:
         steps = [r for r in records if r.verify_steps]

@@ -28,7 +28,15 @@ from pathlib import Path
 
 from specsweep.errors import ProvisionError
 from specsweep.records.store import utc_now
-from specsweep.servers.backends.base import Backend, Facts, Final, check_counts, counters_acceptance, get_json
+from specsweep.servers.backends.base import (
+    Backend,
+    Facts,
+    Final,
+    check_counts,
+    counters_acceptance,
+    get_json,
+    read_json,
+)
 from specsweep.servers.provision import Artifact, cache_dir, cached, progress, run_logged, sha256_file
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -38,6 +46,8 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 
 class VLLM(Backend):
     name = "vllm"
+    context_field = "max_model_len of the served model (/v1/models)"
+    preflight_reads = context_field
     source = "vllm 0.32.0: entrypoints/openai/completion/protocol.py, v1/spec_decode/metrics.py"
     binary = "python3"
     version_argv = ("-c", "import vllm; print(vllm.__version__)")  # the Python that has it
@@ -74,10 +84,12 @@ class VLLM(Backend):
 
     def facts(self, base_url: str, spec, *, headers=None) -> Facts:
         version = get_json(f"{base_url}/version", headers=headers).get("version")
-        models = get_json(f"{base_url}/v1/models", headers=headers).get("data") or [{}]
-        limit = models[0].get("max_model_len") if isinstance(models[0], dict) else None
+        listing, unread = read_json(f"{base_url}/v1/models", headers=headers)
+        models = listing.get("data") or [{}]
+        model = models[0] if isinstance(models[0], dict) else {}
+        limit = model.get("max_model_len")
         return Facts(version=str(version or "unknown"), max_context=limit if isinstance(limit, int) else None,
-                     detail={"served_model": models[0].get("id")} if isinstance(models[0], dict) else {})
+                     detail={"served_model": model.get("id")} if model else {}, unread=unread)
 
     def artifacts(self, pins: dict) -> dict[str, Artifact]:
         # The tiny model is made here by that Python, from no download: only vLLM needs the index.

@@ -85,14 +85,17 @@ def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
 class FakeNVML:
     """pynvml's calls specsweep makes, over a table of GPUs whose used memory a test changes."""
 
-    def __init__(self, used: dict[int, int], cc=(12, 0)):
-        self.used, self.cc = used, cc
+    def __init__(self, used: dict[int, int], cc=(12, 0), pid: int = 4242):
+        self.used, self.cc, self.pid = used, cc, pid
 
     def nvmlInit(self):
         pass
 
     def nvmlDeviceGetHandleByIndex(self, i):
         return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return int(uuid.split("-")[1])
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(used=self.used[h], total=96 << 30)
@@ -110,7 +113,7 @@ class FakeNVML:
         return f"GPU-{h:08d}-0000-0000-0000-000000000000"
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return [types.SimpleNamespace(pid=4242, usedGpuMemory=self.used[h])] if self.used[h] > 2 << 30 else []
+        return [types.SimpleNamespace(pid=self.pid, usedGpuMemory=self.used[h])] if self.used[h] > 2 << 30 else []
 
 
 def test_a_lease_waits_for_its_gpus_memory_to_be_released_before_the_next_job(gpus, monkeypatch):
@@ -126,13 +129,67 @@ def test_a_lease_waits_for_its_gpus_memory_to_be_released_before_the_next_job(gp
     assert 0.5 < time.monotonic() - t0 < 5 and lease.memory_wait_s >= 0.5
 
 
-def test_gpus_whose_memory_is_never_released_fail_the_next_job_clearly(gpus, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 40 << 30, 1: 40 << 30, 2: 40 << 30, 3: 40 << 30}))
-    monkeypatch.setenv("SPECSWEEP_GPU_RELEASE_TIMEOUT_S", "0.3")
-    with pytest.raises(DeviceBusy, match=r"still have memory in use after 0.3 s, by pid\(s\) \[4242\]"):
-        leases.acquire(1, holder="b", announce=print, gpu=True)
-    again = leases.acquire(4, holder="c", announce=print, gpu=False)  # the failed job held nothing
-    again.release()
+def test_when_other_processes_fill_every_gpu_the_job_queues_names_them_and_gives_up_at_the_limit(gpus, monkeypatch):
+    tenant = subprocess.Popen(["sleep", "60"])  # a real process, so its name and user can be read
+    try:
+        nvml = FakeNVML({0: 40 << 30, 1: 40 << 30, 2: 40 << 30, 3: 40 << 30}, pid=tenant.pid)
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        monkeypatch.setenv("SPECSWEEP_GPU_QUEUE_TIMEOUT_S", "0.6")
+        said: list[str] = []
+        t0 = time.monotonic()
+        with pytest.raises(DeviceBusy) as busy:
+            leases.acquire(1, holder="b", announce=said.append, gpu=True)
+        assert 0.6 <= time.monotonic() - t0 < 5  # queued, not failed at once, not past the limit
+        user = psutil.Process(tenant.pid).username()
+        named = f"pid {tenant.pid} (sleep, user {user}, 40960 MiB)"
+        assert "without other processes' memory after waiting" in str(busy.value) and named in str(busy.value)
+        assert said and "GPU 0 has 40960 MiB in use by " + named in said[0]
+        again = leases.acquire(4, holder="c", announce=print, gpu=False)  # the failed job held nothing
+        again.release()
+        # A GPU freed while the job queues is taken then: the wait ends with the tenant's job.
+        threading.Timer(0.5, lambda: nvml.used.update({2: 0})).start()
+        monkeypatch.setenv("SPECSWEEP_GPU_QUEUE_TIMEOUT_S", "30")
+        lease = leases.acquire(1, holder="d", announce=print, gpu=True)
+        assert lease.gpus == ("2",) and 0.4 < lease.waited_s < 5
+        lease.release()
+    finally:
+        tenant.kill()
+        tenant.wait()
+
+
+def test_a_wait_for_another_specsweep_jobs_gpus_is_no_foreign_wait_and_has_no_limit(gpus, monkeypatch):
+    """GPUs 0-2 carry a sibling job's server (its locks explain the memory); GPU 3 is another user's.
+    A tp-2 job waits for the sibling however long, never failing at the queue limit."""
+    nvml = FakeNVML({0: 0, 1: 0, 2: 0, 3: 0})
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0,1,2")
+    sibling = leases.acquire(2, holder="sibling", announce=print, gpu=True)
+    nvml.used.update({int(g): 40 << 30 for g in sibling.gpus})
+    monkeypatch.setenv("SPECSWEEP_GPU_QUEUE_TIMEOUT_S", "0.3")
+    said: list[str] = []
+
+    def free_later():
+        nvml.used.update({int(g): 0 for g in sibling.gpus})
+        sibling.release(wait=False)
+
+    threading.Timer(1.0, free_later).start()
+    lease = leases.acquire(2, holder="next", announce=said.append, gpu=True)
+    assert lease.waited_s >= 0.9 and "held by sibling" in said[0]
+    lease.release()
+
+
+def test_one_gpu_named_by_index_in_one_job_and_by_uuid_in_another_is_one_lock(gpus, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 0}))
+    monkeypatch.setenv("SPECSWEEP_GPUS", "0")
+    first = leases.acquire(1, holder="by index", announce=print, gpu=True)
+    assert first.locks == ("GPU-00000000-0000-0000-0000-000000000000",)
+    monkeypatch.setenv("SPECSWEEP_GPUS", "GPU-00000000-0000-0000-0000-000000000000")
+    said: list[str] = []
+    threading.Timer(0.8, first.release, kwargs={"wait": False}).start()
+    second = leases.acquire(1, holder="by uuid", announce=said.append, gpu=True)
+    assert second.waited_s >= 0.7 and "held by by index" in said[0]  # it waited for the same GPU
+    assert second.devices == ("GPU-00000000-0000-0000-0000-000000000000",)  # handed on as the job named it
+    second.release()
 
 
 def test_a_job_takes_a_free_gpu_at_once_rather_than_the_lowest_one_another_user_fills(gpus, monkeypatch):
@@ -232,7 +289,7 @@ def test_a_derived_port_in_use_on_the_host_moves_the_job_to_another_port(gpus):
         if tries[0] != lease.port:  # the port passed over is let go at once, not held to the end
             leases.acquire(1, holder="b", announce=print, gpu=True, port=tries[0]).release()
         # ... and the job still holds its GPU: none of its device locks was let go with the port.
-        assert leases._try_take(leases.lock_dir(), list(lease.gpus), 1) is None
+        assert leases._try_take(leases.lock_dir(), list(lease.gpus), 1, {g: g for g in lease.gpus}) is None
         lease.release()
         with pytest.raises(PortConflict, match="in use on this host"):
             leases.acquire(1, holder="b", announce=print, gpu=True, port=lease.port, derived=lambda _p: (taken,))

@@ -167,6 +167,41 @@ def memory_used(gpu: str) -> int | None:
         return None
 
 
+def uuid(gpu: str) -> str | None:
+    """The GPU's NVML UUID, which names it for good whatever index or UUID a job was handed; None
+    where NVML cannot say (simulated GPUs, no NVML)."""
+    lib = nvml()
+    if lib is None:
+        return None
+    try:
+        return _text(lib.nvmlDeviceGetUUID(handle(lib, gpu)))
+    except Exception:
+        return None
+
+
+def gpu_processes(gpu: str) -> list[dict]:
+    """Who computes on one GPU, by NVML: {pid, memory_mib, name, user} (name and user by psutil,
+    "?" where the process is another user's and hidden, or gone)."""
+    lib = nvml()
+    if lib is None:
+        return []
+    try:
+        found = lib.nvmlDeviceGetComputeRunningProcesses(handle(lib, gpu))
+    except Exception:
+        return []
+    out = []
+    for p in found:
+        try:
+            proc = psutil.Process(p.pid)
+            name, user = proc.name(), proc.username()
+        except (psutil.Error, KeyError):
+            name, user = "?", "?"
+        used = getattr(p, "usedGpuMemory", None)
+        out.append({"pid": p.pid, "memory_mib": used >> 20 if isinstance(used, int) else None,
+                    "name": name, "user": user})
+    return out
+
+
 def gpu_pids(gpu: str) -> list[int]:
     """Processes NVML sees computing on one GPU."""
     lib = nvml()

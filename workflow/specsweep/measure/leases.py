@@ -5,7 +5,12 @@ whole machine is one device ("host"); on a GPU host each GPU is one, and a job o
 size tp holds tp of them, handed to its server through CUDA_VISIBLE_DEVICES. The locks are
 flock(2) locks on files in one folder per host (``$SPECSWEEP_LOCK_DIR``, default
 ``/tmp/specsweep-locks``), so they hold across ``--cores N`` and across Snakemake invocations in
-different folders, and the kernel releases them when a job dies, however it dies.
+different folders, and the kernel releases them when a job dies, however it dies. A GPU's lock
+is named by its NVML UUID, whatever index or UUID the job was handed, so one GPU is one lock.
+
+On a shared box a GPU nobody holds a lock on may still run another user's job: a job takes only
+GPUs without foreign memory, and when too few are free it waits in the queue (up to
+``$SPECSWEEP_GPU_QUEUE_TIMEOUT_S``), saying which processes hold them, then fails as device-busy.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class Lease:
     side_port: int = 0  # a second one, for a port the server opens beside it ({side_port})
     derived_ports: tuple[int, ...] = ()  # those the server opens at places derived from port
     memory_wait_s: float = 0.0  # how long teardown waited for the GPUs' memory to be released
+    locks: tuple[str, ...] = ()  # the lock name of each device (a GPU's UUID where NVML knows it)
     _fds: list[int] = field(default_factory=list, repr=False)
 
     @property
@@ -81,9 +87,9 @@ class Lease:
         if wait and self._fds and self.gpus:
             # The next job must find these GPUs as empty as this one did.
             self.memory_wait_s, _ = await_free_memory(self.gpus, release_timeout_s())
-        for device in self.devices if self._fds else ():
+        for name in self.locks if self._fds else ():
             try:
-                (lock_dir() / f"{device}.holder").unlink()
+                (lock_dir() / f"{name}.holder").unlink()
             except OSError:
                 pass
         for fd in self._fds:
@@ -102,6 +108,18 @@ def release_timeout_s() -> float:
     return float(os.environ.get("SPECSWEEP_GPU_RELEASE_TIMEOUT_S") or 120)
 
 
+def queue_timeout_s() -> float:
+    """How long a job waits for GPUs that other processes' memory keeps from it
+    ($SPECSWEEP_GPU_QUEUE_TIMEOUT_S; the wait for other specsweep jobs' locks has no limit)."""
+    return float(os.environ.get("SPECSWEEP_GPU_QUEUE_TIMEOUT_S") or 1800)
+
+
+def lock_name(device: str) -> str:
+    """The file name of a device's lock: a GPU's NVML UUID (index 0 in one job and GPU-<uuid> in
+    another are one GPU), else the id as given (simulated GPUs, no NVML; the host)."""
+    return (host_facts.uuid(device) if device != HOST_DEVICE else None) or device
+
+
 def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool = False,
             port: int | None = None, derived: Callable[[int], tuple[int, ...]] | None = None) -> Lease:
     """Block until this job holds its devices and a port; say who it waits for while it waits.
@@ -111,21 +129,34 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
     open given its port (Backend.derived_ports), reserved with it.
     """
     candidates, want = _candidates(tp, gpu)
+    names = {d: lock_name(d) for d in candidates}
     folder = lock_dir()
     make_shared_dir(folder)
     t0 = time.monotonic()
-    last_said = None
+    last_said, kept_out_s, last_poll = None, 0.0, t0
     while True:
-        lease = _try_take(folder, free_first(candidates) if gpu else candidates, want,
-                          pick=best_group if gpu and want > 1 else None)
+        usable = free_gpus(candidates) if gpu else candidates
+        lease = _try_take(folder, usable, want, names, pick=best_group if gpu and want > 1 else None)
         if lease is not None:
             break
-        if last_said is None or time.monotonic() - last_said >= ANNOUNCE_EVERY_S:
-            announce(f"waiting for device(s): {_holders(folder, candidates)}")
-            last_said = time.monotonic()
+        now, unlocked = time.monotonic(), _unlocked(folder, candidates, names)
+        foreign = [g for g in unlocked if g not in usable]  # memory no specsweep job's lock explains
+        # Time counts against the queue limit only while other processes' memory, not other
+        # specsweep jobs' locks, is what keeps the job from enough GPUs.
+        if foreign and len(unlocked) >= want:
+            kept_out_s += now - last_poll
+            if kept_out_s >= queue_timeout_s():
+                raise DeviceBusy(f"no {want} GPU(s) without other processes' memory after waiting "
+                                 f"{kept_out_s:.0f} s ($SPECSWEEP_GPU_QUEUE_TIMEOUT_S): {_foreign(foreign)}")
+        last_poll = now
+        if last_said is None or now - last_said >= ANNOUNCE_EVERY_S:
+            held = [d for d in candidates if d not in unlocked]
+            announce("waiting for device(s): " + "; ".join(
+                ([_holders(folder, held, names)] if held else []) + ([_foreign(foreign)] if foreign else [])))
+            last_said = now
         time.sleep(POLL_S)
     lease.waited_s = time.monotonic() - t0
-    _write_holder(folder, lease.devices, holder)
+    _write_holder(folder, lease.locks, holder)
     if last_said is not None:
         announce(f"got device(s) {','.join(lease.devices)} after waiting {lease.waited_s:.1f} s")
     try:
@@ -157,15 +188,13 @@ def _candidates(tp: int, gpu: bool) -> tuple[list[str], int]:
     return gpus, tp
 
 
-def free_first(gpus: list[str]) -> list[str]:
-    """The GPUs without foreign memory in use (by NVML) first, in their order, then the others.
+def free_gpus(gpus: list[str]) -> list[str]:
+    """The GPUs without memory in use (by NVML; unreadable ones count as free), in their order.
 
-    On a shared box a GPU nobody holds a lock on may still run another user's process: a job takes
-    free GPUs at once rather than the lowest unlocked one, and waits (await_free_memory) only when
-    no free ones are left.
+    On a shared box a GPU nobody holds a lock on may still run another user's process: a job
+    takes only free GPUs, and waits in the queue while too few are free, never on a busy one.
     """
-    free = [g for g in gpus if is_free(host_facts.memory_used(g))]
-    return free + [g for g in gpus if g not in free]
+    return [g for g in gpus if is_free(host_facts.memory_used(g))]
 
 
 def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, list[str]]:
@@ -239,7 +268,7 @@ def check_exclusions(excluded_on: tuple, hw: dict) -> None:
                            f"host, or set hardware.compute_capability in the study")
 
 
-def _try_take(folder: Path, candidates: list[str], want: int,
+def _try_take(folder: Path, candidates: list[str], want: int, names: dict[str, str],
               pick: Callable[[list[str], int], tuple[str, ...]] | None = None) -> Lease | None:
     """Lock ``want`` free devices without blocking, or none: never hold some while waiting.
 
@@ -248,7 +277,7 @@ def _try_take(folder: Path, candidates: list[str], want: int,
     """
     taken: dict[str, int] = {}
     for device in candidates:
-        fd = os.open(folder / f"{device}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        fd = os.open(folder / f"{names[device]}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -261,7 +290,35 @@ def _try_take(folder: Path, candidates: list[str], want: int,
     for device, fd in taken.items():
         if device not in chosen:
             os.close(fd)
-    return Lease(devices=tuple(chosen), _fds=[taken[d] for d in chosen]) if chosen else None
+    return (Lease(devices=tuple(chosen), locks=tuple(names[d] for d in chosen), _fds=[taken[d] for d in chosen])
+            if chosen else None)
+
+
+def _unlocked(folder: Path, devices: list[str], names: dict[str, str]) -> list[str]:
+    """The devices no specsweep job holds a lock on at this moment (each tried and let go at once)."""
+    out = []
+    for device in devices:
+        fd = os.open(folder / f"{names[device]}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out.append(device)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+    return out
+
+
+def _foreign(gpus: list[str]) -> str:
+    """Who holds memory on GPUs no specsweep lock explains, by NVML, for the one who waits."""
+    parts = []
+    for g in gpus:
+        used = host_facts.memory_used(g)
+        procs = ", ".join(f"pid {p['pid']} ({p['name']}, user {p['user']}"
+                          + (f", {p['memory_mib']} MiB)" if p["memory_mib"] is not None else ")")
+                          for p in host_facts.gpu_processes(g))
+        parts.append(f"GPU {g} has {(used or 0) >> 20} MiB in use by " + (procs or "processes NVML does not list"))
+    return "; ".join(parts)
 
 
 # Past this many groups to weigh, the first free ones are taken (a 16-GPU box at tp 8: 12870).
@@ -329,11 +386,11 @@ def other_measurements() -> set[int]:
     return pids
 
 
-def _holders(folder: Path, devices: list[str]) -> str:
+def _holders(folder: Path, devices: list[str], names: dict[str, str]) -> str:
     parts = []
     for device in devices:
         try:
-            doc = json.loads((folder / f"{device}.holder").read_text())
+            doc = json.loads((folder / f"{names[device]}.holder").read_text())
             parts.append(f"{device} held by {doc['holder']} (pid {doc['pid']}, {doc['cwd']}) since {doc['since']}")
         except (OSError, ValueError, KeyError):
             parts.append(f"{device} busy")

@@ -78,8 +78,8 @@ def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
     after = (900 << 20) if broken == "memory kept" else (500 << 20)
     peak = (510 << 20) if broken == "memory never rose" else (1700 << 20)
     study = _study(tmp_path, telemetry=telemetry, log=log)
-    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), {"before": {"0": 500 << 20}, "peak": {"0": peak},
-                                                      "after": {"0": after}}, gpu=True))
+    memory = {"before": {"0": 500 << 20}, "peak": {"0": peak}, "after": {"0": after}}
+    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
     one_launch = {"both configurations measured", "the budget configuration drafted"}  # one file written here
     failed = {k for k, v in checks.items() if v is False} - one_launch
     expected = {"no memory reading": "each section's telemetry holds clocks, power and memory",

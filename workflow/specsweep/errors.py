@@ -214,7 +214,9 @@ class RegressionFound(SpecsweepError):
 
 
 class DeviceBusy(SpecsweepError):
-    """The GPUs this job was given still hold another process's memory after the wait."""
+    """Too few GPUs without another process's memory after `$SPECSWEEP_GPU_QUEUE_TIMEOUT_S` (1800 s)
+    in the queue, or the GPUs it took still hold memory after `$SPECSWEEP_GPU_RELEASE_TIMEOUT_S`
+    (120 s); the message names the processes (pid, name, user, MiB)."""
 
     failure_class = "device-busy"
     exit_code = 21

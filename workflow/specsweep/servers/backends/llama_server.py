@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
-from specsweep.errors import ConfigError, InvalidResponse
+from specsweep.errors import InvalidResponse
 from specsweep.servers.backends import llama_server_build
 from specsweep.servers.backends.base import (
     CTX_HEADROOM,

@@ -26,6 +26,11 @@ It answers as SGLang's own source says, file by file (all in the sglang 0.5.23 w
   final chunk only (``_calculate_spec_decoding_metrics``): ``spec_accept_rate``,
   ``spec_accept_length`` = completion_tokens / spec_verify_ct, ``spec_num_correct_drafts``,
   ``spec_num_proposed_drafts`` = spec_verify_ct x (draft tokens - 1), ``spec_verify_ct``.
+  The first token comes from the prefill; ``spec_verify_ct`` counts the decode passes after it,
+  each of which appends its accepted drafts plus one bonus token, and ``spec_num_correct_drafts``
+  sums the accepted drafts (``req.spec_verify_ct += 1``, ``req.spec_accepted_tokens += accept_len``
+  with accept_len = tokens appended - 1: the speculative workers' verify, e.g.
+  ``srt/speculative/ngram_info.py`` and ``eagle_info.py``).
   ``--spelling`` gives the two older names of the draft fields. Input over the context length:
   "The input (N tokens) is longer than the model's context length (C tokens)."
 - ``sglang/srt/entrypoints/openai/serving_tokenize.py``: ``{"tokens", "count", "max_model_len"}``.
@@ -79,10 +84,11 @@ class State:
         return self.args.speculative_num_draft_tokens
 
     def steps(self, n: int, index: int) -> list[int]:
-        """Tokens accepted per verify step: a seeded pattern of 1..draft tokens (1 without speculation)."""
+        """Tokens each forward pass makes: the prefill's one, then per verify step 1 + the drafts it
+        accepted, a seeded pattern of 1..draft tokens (1 a step without speculation)."""
         if self.draft_tokens <= 1:
             return [1] * n
-        out, i = [], 0
+        out, i = [1], 0
         while sum(out) < n:
             out.append(min(1 + (index + i) % self.draft_tokens, n - sum(out)))
             i += 1
@@ -218,22 +224,24 @@ def make_handler(state: State):
                     self._fault()
                 out_ids += [7] * k
                 meta = {**meta, "completion_tokens": len(out_ids)}
-                if step == len(steps):
+                if step == len(steps):  # every pass after the prefill verified drafts (spec_verify_ct)
                     meta = {**meta, "finish_reason": {"type": "length", "length": n}, "e2e_latency": 0.01 * n,
-                            **self._spec_fields(len(steps), len(out_ids))}
+                            **self._spec_fields(len(steps) - 1, len(out_ids))}
                 self._chunk({"text": " w" * len(out_ids), "output_ids": list(out_ids), "meta_info": meta})
                 time.sleep(state.args.token_delay * k)
             with state.lock:
                 state.generated += len(out_ids)
-                state.verify_calls += len(steps) if state.draft_tokens > 1 else 0
+                state.verify_calls += len(steps) - 1 if state.draft_tokens > 1 else 0
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
         def _spec_fields(self, verify_ct: int, completion: int) -> dict:
-            if state.draft_tokens <= 1:
+            if state.draft_tokens <= 1 or verify_ct == 0:
                 return {}
             proposed = verify_ct * (state.draft_tokens - 1)
-            correct = completion - verify_ct  # every step adds one bonus token beside its accepted drafts
+            # The prefill made one token; each verify step its accepted drafts and one bonus token
+            # (spec_accepted_tokens += accept_len, accept_len = tokens the step appended - 1).
+            correct = completion - 1 - verify_ct
             accepted_name, proposed_name = SPELLINGS[state.args.spelling]
             return {"spec_accept_rate": correct / proposed, "spec_accept_length": completion / verify_ct,
                     accepted_name: correct, proposed_name: proposed, "spec_verify_ct": verify_ct}

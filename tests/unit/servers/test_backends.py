@@ -363,6 +363,9 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
         # Tokens per verification step, the token each request's prefill made left out (as vLLM's
         # 1 + accepted / drafts and llama-server's count them): not completion_tokens / verify_ct.
         assert 1.0 < section["acceptance_length"] == pytest.approx((tokens - len(records)) / steps)
+        # ... which is 1 + accepted / steps, as llama-server's and vLLM's counters give it: the
+        # stand-in's prefill token is in no verify step, as in SGLang's own workers.
+        assert section["acceptance_length"] == pytest.approx(1 + section["draft_accepted"] / steps)
         assert section["acceptance_length"] != pytest.approx(9.99)  # never the lifetime figures
         assert 0 < section["draft_accepted"] < section["draft_tokens"] == steps * 3
 

@@ -82,6 +82,10 @@ class Backend:
     # What a budget B passed to one of this server's flags (or JSON keys) means: (flag, offset,
     # words): B + offset draft tokens a verification step, each checked against the cited source.
     budget_flags: tuple[tuple[str, int, str], ...] = ()
+    # How this server's own counts give acceptance length (one definition for every backend:
+    # mean tokens produced per verification step, the bonus token counted, the token each
+    # request's prefill made left out), with the source that says what they count.
+    acceptance_from: str = ""
 
     def artifacts(self, pins: dict) -> dict[str, Artifact]:
         """{"binary"|"model": what "embedded" takes from the package index} for a study's
@@ -145,6 +149,9 @@ class Backend:
         (the root counts), and tree nodes on DDTree: two backends' budgets are compared by this."""
         if spec.budget == 0:
             return {"flag": None, "drafts_per_step": 0, "means": "no speculation"}
+        return {**self._budget_flag_meaning(spec), "acceptance": self.acceptance_from}
+
+    def _budget_flag_meaning(self, spec: RunSpec) -> dict:
         flag = budget_flag(spec.speculative_args)
         known = next(((offset, words) for name, offset, words in self.budget_flags if name == flag), None)
         if known is None:
@@ -159,8 +166,10 @@ class Backend:
         return sum(r.draft_tokens for r in records), sum(r.draft_accepted for r in records)
 
     def acceptance_length(self, records: list[RequestRecord], delta: dict[str, float]) -> float | None:
-        """Mean tokens per verification step over this section alone, the token each request's
-        prefill made excluded (one definition for every backend); None without speculation."""
+        """Mean tokens produced per verification step over this section alone, the bonus token
+        counted and the token each request's prefill made excluded (one definition for every
+        backend, derived as ``acceptance_from`` says); None where no step verified a draft,
+        never a near relative (a lifetime average, tokens over all steps)."""
         raise NotImplementedError
 
 

@@ -45,6 +45,9 @@ class LlamaServer(Backend):
     model_is_file = True
     preflight_reads = "the slot context (/props default_generation_settings.n_ctx)"
     embedded = {"binary": "llama-server", "model": "model"}  # what "embedded" provisions: results/provision/<name>.json
+    acceptance_from = ("1 + accepted / verification steps, from the deltas of llamacpp:spec_decode_num_"
+                       "accepted_tokens_total and ..._num_drafts_total around the section (tools/server/"
+                       "server-context.cpp: n_draft_verif_steps counts the steps whose draft was not empty)")
     generate_route = "/completion"
     token_counter = "llamacpp:tokens_predicted_total"
 

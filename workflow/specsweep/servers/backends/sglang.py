@@ -64,6 +64,10 @@ class SGLang(Backend):
                     ("--speculative-ddtree-budget", 0, "a tree of B drafted nodes a step, verified B + 1 wide"))
     preflight_reads = ("the context (max_context_length, or max_req_input_len on newer servers) and the KV pool "
                        "(max_total_num_tokens) in /server_info")
+    acceptance_from = ("sum(completion_tokens - 1) / sum(spec_verify_ct) over the section's own requests "
+                       "(meta_info; every decode pass verifies, spec_verify_ct += 1, and appends its accepted "
+                       "drafts + 1; the first token is the prefill's), equal to 1 + spec_num_correct_drafts / "
+                       "spec_verify_ct")
     health_timeout_s = 30.0  # SGLANG_HEALTH_CHECK_TIMEOUT is 20 s; the answer takes at least 1 s
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"

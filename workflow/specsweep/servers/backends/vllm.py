@@ -47,6 +47,9 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 class VLLM(Backend):
     name = "vllm"
     context_field = "max_model_len of the served model (/v1/models)"
+    acceptance_from = ("1 + accepted / drafts, from the deltas of vllm:spec_decode_num_accepted_tokens_total and "
+                       "..._num_drafts_total around the section, as vllm bench serve computes it (v1/spec_decode/"
+                       "metrics.py observe_draft: one draft per request and step that proposed tokens)")
     preflight_reads = context_field
     source = "vllm 0.32.0: entrypoints/openai/completion/protocol.py, v1/spec_decode/metrics.py"
     binary = "python3"

@@ -86,7 +86,8 @@ def test_steps_that_drafted_nothing_are_no_verification_steps_on_llama_server_an
 
 def test_acceptance_is_absent_where_nothing_was_verified_never_a_near_relative():
     assert backends.get("llama-server").acceptance_length([record(11)], {}) is None
-    assert backends.get("vllm").acceptance_length([record(11)], {"vllm:spec_decode_num_accepted_tokens_total": 0}) is None
+    unmoved = {"vllm:spec_decode_num_accepted_tokens_total": 0.0}
+    assert backends.get("vllm").acceptance_length([record(11)], unmoved) is None
     # SGLang without spec_verify_ct (no speculation): not completion_tokens / anything.
     assert backends.get("sglang").acceptance_length([record(11)], {}) is None
 

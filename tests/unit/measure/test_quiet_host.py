@@ -11,6 +11,7 @@ import sys
 import time
 import types
 
+import psutil
 import pytest
 
 from conftest import NAME, fault_study, run_cli
@@ -174,3 +175,110 @@ def test_result_records_the_quiet_host_figures(tmp_path, model):
         load = section["quiet_host"]
         assert load["cores"] is not None and load["cores"] <= 0.25 and load["max_cores"] == 0.25
         assert section["started_at"] < section["finished_at"]
+
+
+# --- a simulated 64-core shared host --------------------------------------------------------------
+
+SERVER, TENANTS = 5000, range(7000, 7016)
+
+
+class ManyCoreHost:
+    """A 64-core host from fixtures at the guard's boundary: psutil's process table and affinity
+    (as psutil answers), and a /proc and cgroup v2 tree in the kernel's own formats
+    (/proc/<pid>/task/<tid>/schedstat: ns on a CPU, ns waiting, timeslices; cpu.pressure:
+    "some avg10=.. total=<us>"; /proc/<pid>/cgroup: "0::<path>")."""
+
+    def __init__(self, root, monkeypatch):
+        self.root, self.cpu, self.affinity = root, {}, {}
+        self.ran_ns = self.waited_ns = self.psi_us = 0
+        self.schedstat = True  # False: a kernel built without schedstats
+        self.add(SERVER, "llama-server", range(64))  # unpinned, as a server usually is
+        for pid in TENANTS:
+            self.add(pid, "tenant-job", range(64))  # other users' jobs: unpinned, so they count in full
+        (root / "cg" / "job").mkdir(parents=True)
+        (root / "cg" / "cgroup.procs").write_text("1\n")
+        (root / "cg" / "job" / "cgroup.procs").write_text(f"{SERVER}\n")
+        (root / "proc" / str(SERVER) / "task" / str(SERVER)).mkdir(parents=True)
+        (root / "proc" / str(SERVER) / "cgroup").write_text("0::/job\n")
+        (root / "proc" / "pressure").mkdir()
+        self.write()
+        monkeypatch.setattr(quiet_host, "PROC", str(root / "proc"))
+        monkeypatch.setattr(quiet_host, "CGROUP_ROOT", str(root / "cg"))
+        monkeypatch.setattr(quiet_host, "psutil", types.SimpleNamespace(
+            process_iter=self.process_iter, Process=self.process, Error=psutil.Error))
+        monkeypatch.setattr(quiet_host.os, "cpu_count", lambda: 64)
+
+    def add(self, pid, name, cpus):
+        self.cpu[pid], self.affinity[pid] = (name, 0.0), set(cpus)
+
+    def process_iter(self, attrs=None):
+        for pid, (name, cpu) in list(self.cpu.items()):
+            times = types.SimpleNamespace(user=cpu, system=0.0, children_user=0.0, children_system=0.0)
+            yield types.SimpleNamespace(pid=pid, info={"create_time": 1.0, "name": name, "ppid": 1, "cmdline": [name]},
+                                        cpu_times=lambda times=times: times)
+
+    def process(self, pid):
+        if pid not in self.cpu:
+            raise psutil.NoSuchProcess(pid)
+        return types.SimpleNamespace(cpu_affinity=lambda: sorted(self.affinity[pid]), parents=lambda: [])
+
+    def run(self, wall_s, *, tenant_cores, server_cores=8.0, server_wait_cores=0.0, cgroup_psi_share=0.0):
+        for pid in TENANTS:
+            name, cpu = self.cpu[pid]
+            self.cpu[pid] = (name, cpu + tenant_cores * wall_s / len(TENANTS))
+        name, cpu = self.cpu[SERVER]
+        self.cpu[SERVER] = (name, cpu + server_cores * wall_s)
+        self.ran_ns += int(server_cores * wall_s * 1e9)
+        self.waited_ns += int(server_wait_cores * wall_s * 1e9)
+        self.psi_us += int(cgroup_psi_share * wall_s * 1e6)
+        self.write()
+
+    def write(self):
+        task = self.root / "proc" / str(SERVER) / "task" / str(SERVER)
+        if self.schedstat:
+            (task / "schedstat").write_text(f"{self.ran_ns} {self.waited_ns} 1000\n")
+        pressure = f"some avg10=0.00 avg60=0.00 avg300=0.00 total={self.psi_us}\nfull avg10=0.00 total=0\n"
+        (self.root / "cg" / "job" / "cpu.pressure").write_text(pressure)
+        (self.root / "proc" / "pressure" / "cpu").write_text(pressure)
+
+
+def _section(host: ManyCoreHost, **run) -> dict:
+    watch = quiet_host.SectionWatch(SETTINGS, own_pids=lambda: {SERVER})
+    watch.start()
+    host.run(10.0, **run)
+    return watch.stop(10.0)
+
+
+def test_on_a_64_core_host_unpinned_tenants_on_other_cores_take_nothing_from_the_server(tmp_path, monkeypatch):
+    host = ManyCoreHost(tmp_path, monkeypatch)
+    load = _section(host, tenant_cores=40.0, server_wait_cores=0.02)
+    assert load["cores_on_server_cpus"] == pytest.approx(40.0)  # unpinned: all of it could be the server's
+    assert load["method"] == "schedstat" and load["contended_cores"] == pytest.approx(0.02)
+    quiet_host.check("section chat", load, SETTINGS, [100.0, 101.0], closed_loop=True)  # no alarm
+    # The same tenants on the server's cores: it waited 3 cores-worth for a CPU.
+    load = _section(host, tenant_cores=40.0, server_wait_cores=3.0)
+    with pytest.raises(HostNotQuiet, match=r"took 3\.00 cores from the server \(the server waited for a CPU 3\.00"):
+        quiet_host.check("section chat", load, SETTINGS, [100.0, 101.0], closed_loop=True)
+
+
+def test_without_schedstat_the_servers_cgroup_pressure_judges_where_it_holds_the_server_alone(tmp_path, monkeypatch):
+    host = ManyCoreHost(tmp_path, monkeypatch)
+    host.schedstat = False
+    (tmp_path / "proc" / str(SERVER) / "task" / str(SERVER) / "schedstat").unlink()
+    quiet = _section(host, tenant_cores=40.0, cgroup_psi_share=0.01)
+    assert quiet["server_cgroup_psi"] == {"cgroup": "/job", "some_share": 0.01, "trusted": True,
+                                          "why": "the cgroup /job holds the server alone"}
+    assert quiet["method"] == "cgroup-psi" and quiet["contended_cores"] == pytest.approx(0.01)
+    quiet_host.check("section chat", quiet, SETTINGS, [100.0, 101.0], closed_loop=True)
+    busy = _section(host, tenant_cores=40.0, cgroup_psi_share=0.8)
+    with pytest.raises(HostNotQuiet, match=r"took 0\.80 cores"):
+        quiet_host.check("section chat", busy, SETTINGS, [100.0, 101.0], closed_loop=True)
+    # A cgroup shared with another process: its pressure is not the server's, so it is recorded
+    # with why and not judged; the idle cores decide (64 - the server's 8 = 56 left for 40).
+    (tmp_path / "cg" / "job" / "cgroup.procs").write_text(f"{SERVER}\n7000\n")
+    shared = _section(host, tenant_cores=40.0, cgroup_psi_share=0.8)
+    assert shared["server_cgroup_psi"]["trusted"] is False and "holds 1 process(es) besides" in \
+        shared["server_cgroup_psi"]["why"]
+    assert shared["method"] == "idle-cores" and shared["contended_cores"] == 0
+    full = _section(host, tenant_cores=60.0)
+    assert full["method"] == "idle-cores" and full["contended_cores"] == pytest.approx(4.0)

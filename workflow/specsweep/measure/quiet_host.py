@@ -10,12 +10,16 @@ Per section the guard measures
   the CPUs the server may run on (its affinity: a process pinned elsewhere cannot take them);
 - what the server waited: the time its threads spent runnable on a run queue without a CPU
   (the kernel's per-task schedstat, /proc/<pid>/task/<tid>/schedstat, second field), in
-  cores-worth over the section; and the host's CPU pressure (PSI, /proc/pressure/cpu "some") as a
-  figure of its own;
+  cores-worth over the section; the host's CPU pressure (PSI, /proc/pressure/cpu "some") as a
+  figure of its own; and the PSI "some" share of the server's own cgroup (v2, cpu.pressure),
+  with whether it is the server's alone (the cgroup holds no other process) and why;
 
 and counts as contended the smaller of the two: the server waited, and others ran where it could
-have. Without schedstat, the others' load on the server's CPUs beyond the cores the server and
-the harness left idle. Above quiet_host.max_foreign_cores the section fails as host-not-quiet.
+have. Without schedstat, the server's cgroup pressure where it is trusted (a share of the time
+at least one of its tasks waited: a lower bound of its waiting in cores-worth); else the others'
+load on the server's CPUs beyond the cores the server and the harness left idle. On a many-core
+host unpinned tenants count in full on the server's CPUs (their affinity covers them), so the
+verdict rests on the server's waiting. Above quiet_host.max_foreign_cores the section fails as host-not-quiet.
 GPUs: other processes that NVML lists on the job's GPUs; and each held GPU's clocks, heat, power
 and NVML clock-event reasons, read through the section, failing it as gpu-throttled when heat or
 a power brake slowed a GPU in more than quiet_host.max_gpu_slowed_share of the readings. Every
@@ -40,6 +44,8 @@ Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent p
 # CPU time is counted in clock ticks (10 ms): below a few ticks a figure is resolution, not load,
 # so a section is judged only once the others' CPU time exceeds this as well as the threshold.
 FLOOR_CPU_S = 0.05
+PROC = "/proc"  # the kernel's process figures (a test points it at a fixture tree of a bigger host)
+CGROUP_ROOT = "/sys/fs/cgroup"  # the cgroup v2 hierarchy
 
 
 @dataclass(frozen=True)
@@ -132,12 +138,12 @@ def schedstat(pids: set[int]) -> dict[tuple[int, int], tuple[float, float]] | No
     readable = False
     for pid in pids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
+            tids = os.listdir(f"{PROC}/{pid}/task")
         except OSError:
             continue
         for tid in tids:
             try:
-                ran, waited, _ = open(f"/proc/{pid}/task/{tid}/schedstat").read().split()
+                ran, waited, _ = open(f"{PROC}/{pid}/task/{tid}/schedstat").read().split()
             except (OSError, ValueError):
                 continue
             readable = True
@@ -157,10 +163,11 @@ def waited_s(before: dict | None, after: dict | None) -> tuple[float, float] | N
     return ran, waited
 
 
-def cpu_pressure() -> float | None:
-    """The host's PSI "some" total for CPU, in seconds (time at least one task waited); None without PSI."""
+def cpu_pressure(path: str | None = None) -> float | None:
+    """A PSI "some" total for CPU, in seconds (time at least one task waited): the host's, or
+    the cgroup's file at ``path``; None where the kernel keeps none."""
     try:
-        for line in open("/proc/pressure/cpu"):
+        for line in open(path or f"{PROC}/pressure/cpu"):
             if line.startswith("some"):
                 return int(line.split("total=")[1]) / 1e6
     except (OSError, IndexError, ValueError):
@@ -168,9 +175,55 @@ def cpu_pressure() -> float | None:
     return None
 
 
+def server_cgroup(pids: set[int]) -> dict:
+    """The cgroup v2 the server runs in, its CPU pressure total, and whether that figure is the
+    server's own: {"cgroup", "some_s", "trusted", "why"}. A cgroup that holds other processes
+    too (the job's shell, Snakemake, a whole user session) measures their waiting as well."""
+    paths = {_cgroup_path(pid) for pid in pids} - {None}
+    if len(paths) != 1:
+        why = ("no cgroup v2 path in /proc/<pid>/cgroup (cgroup v1, or the server is gone)" if not paths else
+               f"the server's processes are in {len(paths)} cgroups")
+        return {"cgroup": None, "some_s": None, "trusted": False, "why": why}
+    path = paths.pop()
+    folder = os.path.join(_unified_root(), path.lstrip("/"))
+    some = cpu_pressure(os.path.join(folder, "cpu.pressure"))
+    if some is None:
+        return {"cgroup": path, "some_s": None, "trusted": False,
+                "why": f"no PSI in {folder}/cpu.pressure (a kernel without PSI, or psi=0)"}
+    try:
+        members = {int(x) for x in open(os.path.join(folder, "cgroup.procs")).read().split()}
+    except (OSError, ValueError):
+        return {"cgroup": path, "some_s": some, "trusted": False, "why": f"{folder}/cgroup.procs unreadable"}
+    others = members - set(pids)
+    if others:
+        return {"cgroup": path, "some_s": some, "trusted": False,
+                "why": f"the cgroup {path} holds {len(others)} process(es) besides the server's: its pressure "
+                       f"is theirs too"}
+    return {"cgroup": path, "some_s": some, "trusted": True, "why": f"the cgroup {path} holds the server alone"}
+
+
+def _unified_root() -> str:
+    """Where the cgroup v2 hierarchy is mounted: CGROUP_ROOT itself, or its ``unified`` folder on
+    a host that mounts v1 controllers beside it (systemd's hybrid mode)."""
+    hybrid = os.path.join(CGROUP_ROOT, "unified")
+    return hybrid if not os.path.exists(os.path.join(CGROUP_ROOT, "cgroup.procs")) and os.path.isdir(hybrid) \
+        else CGROUP_ROOT
+
+
+def _cgroup_path(pid: int) -> str | None:
+    try:
+        for line in open(f"{PROC}/{pid}/cgroup"):
+            if line.startswith("0::"):
+                return line[3:].strip()
+    except OSError:
+        return None
+    return None
+
+
 def contention(load: dict, server: tuple[float, float] | None, server_cpus: set[int] | None,
-               own_cores: float, wall_s: float) -> dict:
-    """The contended figure (cores-worth) and how it was found; see the module docstring."""
+               own_cores: float, wall_s: float, *, psi_share: float | None = None) -> dict:
+    """The contended figure (cores-worth) and how it was found; see the module docstring.
+    ``psi_share``: the server's own cgroup's CPU pressure over the section, where trusted."""
     theirs = load["cores_on_server_cpus"]
     if server is not None and wall_s > 0:
         ran, waited = server
@@ -178,6 +231,9 @@ def contention(load: dict, server: tuple[float, float] | None, server_cpus: set[
         return {"method": "schedstat", "server_wait_cores": round(wait_cores, 4),
                 "server_wait_share": round(waited / (ran + waited), 4) if ran + waited > 0 else 0.0,
                 "contended_cores": round(min(theirs, wait_cores), 4)}
+    if psi_share is not None:
+        return {"method": "cgroup-psi", "server_wait_cores": round(psi_share, 4), "server_wait_share": None,
+                "contended_cores": round(min(theirs, psi_share), 4)}
     idle = max(0.0, (len(server_cpus) if server_cpus else os.cpu_count() or 1) - own_cores)
     return {"method": "idle-cores", "server_wait_cores": None, "server_wait_share": None,
             "contended_cores": round(max(0.0, theirs - idle), 4)}
@@ -288,6 +344,7 @@ class SectionWatch:
         self.before: Snapshot = {}
         self.sched_before: dict | None = None
         self.pressure_before: float | None = None
+        self.cgroup_before: dict = {}
         self.sampler = GpuSampler(gpus)
 
     def start(self) -> None:
@@ -295,10 +352,11 @@ class SectionWatch:
         self.before = snapshot()
         self.sched_before = schedstat(set(self.server_pids()))
         self.pressure_before = cpu_pressure()
+        self.cgroup_before = server_cgroup(set(self.server_pids()))
 
     def stop(self, wall_s: float) -> dict:
         server = set(self.server_pids())
-        sched_after, pressure = schedstat(server), cpu_pressure()
+        sched_after, pressure, cgroup = schedstat(server), cpu_pressure(), server_cgroup(server)
         after = snapshot()
         own = set(self.own_pids()) | {os.getpid()} | ours(os.getpid())
         used = foreign_used(self.before, after, own=own)
@@ -307,8 +365,10 @@ class SectionWatch:
         theirs = on_cpus([{"pid": pid, "cpu_s": d} for d, pid, _ in used], cpus)
         doc["cores_on_server_cpus"] = round(theirs / wall_s, 4) if wall_s > 0 else 0.0
         own_cpu = sum(after[p][1] - self.before.get(p, after[p])[1] for p in own if p in after)
+        doc["server_cgroup_psi"] = cgroup_psi(self.cgroup_before, cgroup, wall_s)
+        trusted = doc["server_cgroup_psi"]["some_share"] if doc["server_cgroup_psi"]["trusted"] else None
         doc.update(contention(doc, waited_s(self.sched_before, sched_after), cpus,
-                              own_cpu / wall_s if wall_s > 0 else 0.0, wall_s))
+                              own_cpu / wall_s if wall_s > 0 else 0.0, wall_s, psi_share=trusted))
         doc["server_cpus"] = sorted(cpus) if cpus else None
         doc["cpu_pressure_share"] = (round((pressure - self.pressure_before) / wall_s, 4)
                                      if pressure is not None and self.pressure_before is not None and wall_s > 0
@@ -317,6 +377,17 @@ class SectionWatch:
         doc["gpu_processes"] = gpu_foreign(self.gpus, own)
         doc["gpu_telemetry"] = self.sampler.stop()
         return doc
+
+
+def cgroup_psi(before: dict, after: dict, wall_s: float) -> dict:
+    """The server's cgroup's CPU pressure over a section: {cgroup, some_share, trusted, why}; trusted
+    only when the same cgroup held the server alone at both ends."""
+    same = before.get("cgroup") == after["cgroup"] is not None
+    share = (round((after["some_s"] - before["some_s"]) / wall_s, 4)
+             if same and wall_s > 0 and None not in (before.get("some_s"), after["some_s"]) else None)
+    trusted = bool(before.get("trusted") and after["trusted"] and share is not None)
+    why = after["why"] if same or not before else "the server moved to another cgroup during the section"
+    return {"cgroup": after["cgroup"], "some_share": share, "trusted": trusted, "why": why}
 
 
 def server_cpus(pids: set[int]) -> set[int] | None:

@@ -6,6 +6,8 @@
                                                           # killed yet (less those judged equivalent),
                                                           # with the tests as they are now
     python tests/mutation/run.py --report                 # the kept copy's score and survivors
+    SPECSWEEP_MUTATION_TESTS=tests/unit/analysis/test_verdict.py python tests/mutation/run.py \
+        'specsweep.analysis.verdict.*'                    # one package against its own tests
 
 mutmut (3.x) mutates a copy of the package, one small change at a time (a condition inverted, a
 branch removed, a constant or a raised class changed), and runs the tests that reach the mutated
@@ -41,7 +43,8 @@ REPO = HERE.parents[1]
 WORK = REPO / "build" / "mutation"
 MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "measure/client.py", "servers/process.py", "servers/probes.py", "measure/workload.py", "measure/runner.py",
-    "cli.py", "records/result.py", "analysis/aggregate.py", "analysis/plot.py", "study/prompts.py",
+    "cli.py", "records/result.py", "analysis/aggregate.py", "analysis/ledger.py", "analysis/plot.py",
+    "study/prompts.py",
     "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
     "measure/quiet_host.py", "measure/leases.py", "servers/backends/sglang.py", "measure/goodput.py", "spec.py",
     "measure/host_facts.py", "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py",
@@ -92,7 +95,7 @@ def prepare() -> None:
 source_paths = ["src/specsweep"]
 only_mutate = {listing("src/specsweep/" + f for f in MUTATED)}
 also_copy = ["config", "workflow", "profiles", "Snakefile"]
-pytest_add_cli_args_test_selection = {listing(TESTS)}
+pytest_add_cli_args_test_selection = {listing(tests())}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "addopts="]
 # A mutant that makes a test wait (a probe that never succeeds) times out: that counts as killed.
 timeout_multiplier = 4.0
@@ -102,6 +105,13 @@ timeout_constant = 30.0
 markers = ["e2e: runs the real workflow against the real llama-server (minutes)"]
 timeout = 300
 """)
+
+
+def tests() -> list[str]:
+    """The test files mutants are tried against: TESTS, or $SPECSWEEP_MUTATION_TESTS (comma-separated
+    paths) for a run aimed at one package, whose stats pass need not run every other test first."""
+    given = os.environ.get("SPECSWEEP_MUTATION_TESTS")
+    return [t.strip() for t in given.split(",") if t.strip()] if given else TESTS
 
 
 def refresh_tests() -> None:

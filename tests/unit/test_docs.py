@@ -4,7 +4,10 @@ to every page of docs/."""
 
 from __future__ import annotations
 
+import ast
 import re
+
+import pytest
 
 from conftest import REPO
 from specsweep import errors
@@ -17,6 +20,15 @@ def test_the_failure_table_is_the_one_errors_py_makes():
     page = (DOCS / "failures.md").read_text()
     assert errors.failure_table() in page, "paste the output of python -m specsweep failure-classes into the page"
     assert len(errors.classes()) == len({c.exit_code for c in errors.classes()}) == 23  # one code each
+
+
+@pytest.mark.parametrize("package", ["analysis", "records", "measure", "servers", "study"])
+def test_each_package_docstring_names_every_module_it_holds_and_no_other(package):
+    folder = REPO / "workflow" / "specsweep" / package
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    summary = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())).split("\n\n")[0]
+    named = {n for group in re.findall(r"\(([a-z_,\s]+)\)", summary) for n in re.split(r",\s*", group.strip())}
+    assert named == modules, f"{package}/__init__.py: named {sorted(named)}, holds {sorted(modules)}"
 
 
 def layout() -> str:

@@ -108,7 +108,7 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     damaged result both do, and both are named."""
     from factories import result_doc
     from specsweep import study
-    from specsweep.analysis import aggregate
+    from specsweep.analysis import ledger
     from specsweep.records import store
 
     cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
@@ -125,15 +125,15 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     def unread(path):
         raise AssertionError(f"{path} was read although the summary is newer")
 
-    monkeypatch.setattr(aggregate, "read_result", unread)
-    assert aggregate.refuse_stale(cfg, tmp_path) == []
+    monkeypatch.setattr(ledger, "read_result", unread)
+    assert ledger.refuse_stale(cfg, tmp_path) == []
     assert (tmp_path / "results/summary.png").exists() and (tmp_path / "results/summary.csv").exists()
 
     monkeypatch.undo()
     (runs / f"{b2.name}.json").unlink()  # removed by hand
     (runs / f"{b4.name}.json").write_text("{")  # damaged after the summary
     os.utime(runs / f"{b4.name}.json", (future + 5, future + 5))
-    lines = aggregate.refuse_stale(cfg, tmp_path)
+    lines = ledger.refuse_stale(cfg, tmp_path)
     assert len(lines) == 2 and f"{b4.name}.json: " in lines[0] and "unreadable" in lines[0], lines
     assert f"({b2.name}, {b4.name}): removed, so that this run measures them again" in lines[1], lines
     assert not (tmp_path / "results/summary.png").exists() and not (tmp_path / "results/summary.csv").exists()

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import aggregate, partial_reports
+from specsweep.analysis import ledger, partial_reports
 from specsweep.measure import provenance
 from specsweep.records import paths, store
 from specsweep.study import grid, offline, prompt_sets
@@ -81,17 +81,17 @@ SPECS = {spec.name: spec for spec in study.expand_grid(config)}
 # summary figure it no longer backs is removed, so that this very run measures it again. Only
 # where the whole study is planned: a cluster job parses this file again on its node.
 if workflow.is_main_process:
-    for line in aggregate.refuse_stale(config):
+    for line in ledger.refuse_stale(config):
         print(f"specsweep: {line}", file=sys.stderr)
 PROVISIONED = study.provisioned(config)
 # Launches every configuration gets, and the most racing may give one (verdict.until_decided).
-LAUNCHES = aggregate.launches_planned(config)
+LAUNCHES = ledger.launches_planned(config)
 RACING = config["verdict"]["until_decided"]
-MOST_LAUNCHES = aggregate.most_launches(config)
+MOST_LAUNCHES = ledger.most_launches(config)
 MEASURED = [
     name
     for name, spec in SPECS.items()
-    if aggregate.exclusion_reason(config, spec) is None
+    if ledger.exclusion_reason(config, spec) is None
 ]
 if RACING and workflow.is_main_process:
     print(

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from specsweep import errors
-from specsweep.analysis import aggregate
+from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import (
     ConfigError,
     HostNotReady,
@@ -314,11 +314,11 @@ def cmd_aggregate(args) -> int:
     study = _study(args)
     frame = aggregate.summarize(study, args.runs, args.failures)
     if args.quarantine is not None:
-        aggregate.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures,
+        ledger.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures,
                                      stale=tuple(args.stale))
     aggregate.check_comparable(study, args.runs)
     aggregate.write_summary(frame, args.csv, args.failed)
-    report = aggregate.failure_report(frame, args.failures)
+    report = partial_reports.failure_report(frame, args.failures)
     if report:
         print(report, file=sys.stderr)
     return 0
@@ -518,7 +518,7 @@ def cmd_grid(args) -> int:
     except ConfigError as exc:
         print(f"specsweep: warning: {exc.reason} (a real run refuses this)", file=sys.stderr)
     for spec in expand_grid(study):
-        reason = aggregate.exclusion_reason(study, spec)
+        reason = ledger.exclusion_reason(study, spec)
         print(spec.name + (f"\texcluded: {reason}" if reason else ""))
     return 0
 

@@ -8,7 +8,7 @@ import pytest
 
 from factories import result_doc
 from specsweep import study
-from specsweep.analysis import aggregate
+from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.analysis.plot import plot_summary
 from specsweep.errors import ServerDied
 from specsweep.records import store
@@ -86,7 +86,7 @@ def test_written_tables_and_failure_report(sweep, tmp_path):
     assert list(again["status"]) == list(frame["status"])
     failed = pd.read_csv(tmp_path / "failed.csv")
     assert set(failed["name"]) == {"tp1-b0-ctx1024", "tp1-b8-ctx1024", "tp1-b8-ctx128"}
-    report = aggregate.failure_report(frame)
+    report = partial_reports.failure_report(frame)
     assert report.startswith("3 of 6 configurations") and "known crash" in report
 
 
@@ -181,7 +181,7 @@ def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers
     for budget, error in errors.items():
         write_failure(tmp_path, failure_record(name=specs[budget].name, spec=json.loads(specs[budget].to_json()),
                                                error=error, started_at="t", attempt=1, server_log=None, log_tail=""))
-    report = aggregate.failure_report(aggregate.summarize(cfg, tmp_path / "runs", tmp_path), tmp_path)
+    report = partial_reports.failure_report(aggregate.summarize(cfg, tmp_path / "runs", tmp_path), tmp_path)
     pasted = [line for line in report.splitlines() if line.startswith("  - {")]
     assert len(pasted) == 1 and '"budget": 8' in pasted[0], report
     assert "Next, for config (tp1-b0-ctx128): fix the study file" in report
@@ -197,11 +197,11 @@ def test_a_result_of_another_study_or_configuration_is_named_as_such():
     measured = spec.resolved(binary="/cache/llama-server", model_path="/cache/m.gguf")
     doc = result_doc(measured)
     result = store.Result.from_json(doc)
-    assert aggregate.measured_otherwise(result, spec) is None
+    assert ledger.measured_otherwise(result, spec) is None
     reseeded = study.expand_grid(study.validate_study({**cfg, "workload": {"seed": 7, "repeats": 3}}))[0]
-    assert aggregate.measured_otherwise(result, reseeded) == \
+    assert ledger.measured_otherwise(result, reseeded) == \
         "measured with another configuration than the study's (repeats, seed differ)"
     other = study.expand_grid(study.validate_study({**cfg, "study": "other"}))[0]
-    assert aggregate.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
+    assert ledger.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
     broken = store.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
-    assert aggregate.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"
+    assert ledger.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"

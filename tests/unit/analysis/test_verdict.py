@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from specsweep.analysis import aggregate, race, report, verdict
+from specsweep.records import status
 
 TRUE = {0: 100.0, 2: 104.0, 4: 108.0, 8: 109.0}  # tok/s; 8 is the true best, 4 within 1%
 
@@ -111,7 +112,7 @@ def frame_of(draws: dict[tuple[int, int], list[float]], taken: dict[tuple[int, i
     for (context, budget), values in draws.items():
         used = values[:taken[context, budget]]
         rows.append({"name": f"tp1-b{budget}-ctx{context}", "tp": 1, "budget": budget, "context": context,
-                     "section": "short", "load": "c1", "status": aggregate.OK, "reason": "",
+                     "section": "short", "load": "c1", "status": status.OK, "reason": "",
                      "output_tok_s": sum(used) / len(used), "output_tok_s_min": min(used),
                      "output_tok_s_max": max(used), "launches": len(used),
                      "launch_tok_s": " ".join(f"{v:.6g}" for v in used), "repeat_tok_s": ""})

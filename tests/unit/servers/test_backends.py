@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO, SGLANG_STANDIN, load
 from specsweep import study
-from specsweep.analysis import aggregate
+from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import ConfigError, Excluded, InvalidResponse
 from specsweep.measure import client, leases, runner
 from specsweep.servers import backends, launch, probes
@@ -138,9 +138,9 @@ def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
     ddtree = study.load_study(REPO / "config" / "sglang-ddtree.yaml")
     b8, b15 = study.find_spec(ddtree, "tp1-b8-ctx25000-topk4"), study.find_spec(ddtree, "tp1-b15-ctx25000-topk4")
     on = lambda cc: {**ddtree, "hardware": {"compute_capability": cc}}  # noqa: E731
-    assert "illegal instruction" in aggregate.exclusion_reason(on("12.0"), b8)
-    assert aggregate.exclusion_reason(on("12.0"), b15) is None
-    assert aggregate.exclusion_reason(on("9.0"), b8) is None
+    assert "illegal instruction" in ledger.exclusion_reason(on("12.0"), b8)
+    assert ledger.exclusion_reason(on("12.0"), b15) is None
+    assert ledger.exclusion_reason(on("9.0"), b8) is None
     assert b8.excluded_on and b8.excluded_on[0][0] == ("12.0",) and b15.excluded_on == ()
     # The job itself refuses such GPUs when the plan was made elsewhere (a login node).
     with pytest.raises(Excluded, match="compute capability 12.0"):
@@ -161,7 +161,7 @@ def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
     record = failure_record(name=b8.name, spec=json.loads(b8.to_json()), error=error, started_at="t",
                             attempt=1, server_log=None, log_tail="", compute_capability="12.0")
     write_failure(tmp_path / "failures", record)
-    report = aggregate.failure_report(aggregate.summarize(doc, tmp_path / "runs", tmp_path / "failures"),
+    report = partial_reports.failure_report(aggregate.summarize(doc, tmp_path / "runs", tmp_path / "failures"),
                                       tmp_path / "failures")
     line = report.splitlines()[-1].strip()
     rule = yaml.safe_load(line)[0]
@@ -169,7 +169,7 @@ def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
                     "reason": "cuda-illegal-instruction: RuntimeError: CUDA error: an illegal instruction was "
                               "encountered"}
     pasted = study.validate_study({**doc, "exclude": [rule], "hardware": {"compute_capability": "12.0"}})
-    excluded = [s.name for s in study.expand_grid(pasted) if aggregate.exclusion_reason(pasted, s)]
+    excluded = [s.name for s in study.expand_grid(pasted) if ledger.exclusion_reason(pasted, s)]
     assert excluded == ["tp1-b8-ctx128"]
 
 

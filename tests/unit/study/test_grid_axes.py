@@ -15,7 +15,7 @@ import yaml
 from conftest import DATA
 from factories import result_doc
 from specsweep import axes, cli, study
-from specsweep.analysis import aggregate, compare, plot, report
+from specsweep.analysis import aggregate, compare, ledger, partial_reports, plot, report
 from specsweep.errors import ConfigError
 from specsweep.records.failure import Failure
 from specsweep.records.store import write_json_atomic
@@ -81,17 +81,17 @@ def test_axis_mistakes_are_refused_before_anything_runs(change, words):
 
 def test_exclusions_match_a_study_axis_and_the_offered_entry_names_every_axis(tmp_path):
     cfg = kv_study(exclude=[{"kv": "q8_0", "budget": 4, "reason": "not wanted"}])
-    excluded = [s.name for s in study.expand_grid(cfg) if aggregate.exclusion_reason(cfg, s)]
+    excluded = [s.name for s in study.expand_grid(cfg) if ledger.exclusion_reason(cfg, s)]
     assert excluded == ["tp1-b4-ctx64-kvq8_0"]
     row = {"name": "tp1-b4-ctx64-kvf16", "tp": 1, "budget": 4, "context": 64, "kv": "f16"}
-    entry = aggregate.exclude_entry(row, ["tp", "budget", "context", "kv"],
+    entry = partial_reports.exclude_entry(row, ["tp", "budget", "context", "kv"],
                                     Failure.from_json({"class": "server-died", "signature": "gpu-oom",
                                                        "evidence": ["CUDA out of memory"]}))
     assert json.loads(entry[2:]) == {"tp": 1, "budget": 4, "context": 64, "kv": "f16",
                                      "reason": "gpu-oom: CUDA out of memory"}
     # Pasted back, it is a valid rule that leaves exactly that configuration out.
     again = kv_study(exclude=[json.loads(entry[2:])])
-    assert [s.name for s in study.expand_grid(again) if aggregate.exclusion_reason(again, s)] == [row["name"]]
+    assert [s.name for s in study.expand_grid(again) if ledger.exclusion_reason(again, s)] == [row["name"]]
 
 
 def kv_results(folder: Path, rates: dict[str, float]) -> tuple[dict, pd.DataFrame]:

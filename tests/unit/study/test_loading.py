@@ -5,7 +5,7 @@ import json
 import pytest
 
 from specsweep import study
-from specsweep.analysis import aggregate
+from specsweep.analysis import ledger
 from specsweep.errors import ConfigError
 
 # A multi-tp grid needs {tp} in the command (else tp1 and tp2 would be the same server).
@@ -97,7 +97,7 @@ def test_exclusion_rules_match_every_named_axis():
         "grid": {"budget": [0, 8, 12], "tp": [1, 2], "context": [128]},
         "exclude": [{"budget": [8, 12], "tp": 2, "reason": "CUDA illegal instruction on SM120"}],
     })
-    reasons = {s.name: aggregate.exclusion_reason(cfg, s) for s in study.expand_grid(cfg)}
+    reasons = {s.name: ledger.exclusion_reason(cfg, s) for s in study.expand_grid(cfg)}
     assert reasons["tp2-b8-ctx128"] == "CUDA illegal instruction on SM120"
     assert reasons["tp2-b12-ctx128"] == "CUDA illegal instruction on SM120"
     assert reasons["tp1-b8-ctx128"] is None and reasons["tp2-b0-ctx128"] is None

@@ -1,2 +1,4 @@
-"""From valid results to answers: the summary (aggregate), the figure (plot), the report, the
-comparison of two studies (compare) and the archive."""
+"""From valid results to answers: which results stand and what each configuration is owed
+(ledger), the summary (aggregate), the best budget and racing (verdict, race), the figure (plot),
+the report (report), the reports after a failed run (partial_reports), the comparison of two
+studies (compare) and the study's hand-over (archive)."""

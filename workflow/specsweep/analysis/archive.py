@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from specsweep import __version__
-from specsweep.analysis import aggregate
+from specsweep.analysis import aggregate, ledger
 from specsweep.errors import InconsistentStudy, SpecsweepError, VerifyFailed
 from specsweep.measure import provenance
 from specsweep.records import paths, store
@@ -41,7 +41,7 @@ def frozen_config(config: dict) -> dict:
     frozen = json.loads(json.dumps(config))
     frozen.setdefault("hardware", {})
     if frozen["hardware"].get("compute_capability") is None:
-        frozen["hardware"]["compute_capability"] = aggregate.planning_capability(config)
+        frozen["hardware"]["compute_capability"] = ledger.planning_capability(config)
     frozen["compare"] = {**frozen.get("compare", {}), "baseline": None}  # a path on this machine only
     return frozen
 
@@ -51,10 +51,10 @@ def check_consistent(config: dict, root: Path) -> list[str]:
     problems = []
     versions = {}
     for spec in expand_grid(config):
-        if aggregate.exclusion_reason(config, spec):
+        if ledger.exclusion_reason(config, spec):
             continue
         found = paths.launch_results(root / paths.RUNS, spec.name)
-        missing = [k for k in range(1, aggregate.launches_planned(config) + 1) if k not in found]
+        missing = [k for k in range(1, ledger.launches_planned(config) + 1) if k not in found]
         if missing:
             problems.append(f"{spec.name}: launch {' '.join(map(str, missing))} neither measured nor excluded "
                             f"(run the main command, or exclude it)")
@@ -65,7 +65,7 @@ def check_consistent(config: dict, root: Path) -> list[str]:
             except store.InvalidResult as exc:
                 problems.append(f"{path}: {exc}")
                 continue
-            if (other := aggregate.measured_otherwise(result, replace(spec, launch=launch))) is not None:
+            if (other := ledger.measured_otherwise(result, replace(spec, launch=launch))) is not None:
                 problems.append(f"{path}: {other} (the main command measures it again)")
             versions.setdefault(result.specsweep_version, []).append(str(path.relative_to(root / paths.RUNS)))
     if len(versions) > 1:

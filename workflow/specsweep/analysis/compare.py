@@ -27,10 +27,10 @@ import pandas as pd
 from scipy import stats
 
 from specsweep import axes
-from specsweep.analysis.aggregate import EXCLUDED, OK
 from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.records.result import ACROSS_STUDIES, Result
+from specsweep.records.status import EXCLUDED, OK
 from specsweep.records.store import InvalidResult, read_result
 from specsweep.spec import SLO
 

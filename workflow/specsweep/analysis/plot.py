@@ -25,7 +25,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from specsweep import axes as grid_axes  # noqa: E402
-from specsweep.analysis.aggregate import EXCLUDED, OK, not_ok  # noqa: E402
+from specsweep.analysis.aggregate import not_ok  # noqa: E402
+from specsweep.records.status import EXCLUDED, OK  # noqa: E402
 from specsweep.spec import SLO, loads_named  # noqa: E402
 
 LABELS = {

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from specsweep.analysis import aggregate, report, verdict
+from specsweep.records import status
 from specsweep.records.store import write_text_atomic
 
 
@@ -25,7 +26,7 @@ def contenders(config: dict, frame: pd.DataFrame, round_: int) -> tuple[list[str
         return [], []
     best = report.best_table(frame, confidence=config["verdict"]["confidence"], tie=config["verdict"]["tie"])
     keys = report.keys_of_best(best)
-    racing = frame[(frame["status"] == aggregate.OK) & (frame["launches"] == round_)]
+    racing = frame[(frame["status"] == status.OK) & (frame["launches"] == round_)]
     chosen, cells = set(), []
     for row in best[best["verdict"] == verdict.UNDECIDED].to_dict("records"):
         members = {int(b) for b in str(row["best_set"]).split()}

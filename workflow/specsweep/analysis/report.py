@@ -13,10 +13,11 @@ import pandas as pd
 
 from specsweep import axes
 from specsweep.analysis import aggregate, verdict
-from specsweep.analysis.aggregate import OK, not_ok
+from specsweep.analysis.aggregate import not_ok
 from specsweep.measure import quiet_host
 from specsweep.records import paths, store
 from specsweep.records.result import Result
+from specsweep.records.status import OK
 from specsweep.spec import SLO, Objective
 from specsweep.study.grid import expand_grid
 

@@ -1,2 +1,5 @@
-"""One configuration measured end to end: the runner, the client, the workload, the section
-statistics, the quiet-host guard, the device leases, the host's facts and the provenance."""
+"""One configuration measured end to end: the runner (runner), the client (client), the
+workload (workload), the section statistics (section_stats), the goodput search (goodput), the
+quiet-host guard (quiet_host), the device leases (leases), the host's facts (host_facts), the
+provenance (provenance), the policy around an attempt (attempts), and whether a host is ready
+(doctor)."""

@@ -1,2 +1,3 @@
-"""What a measurement leaves: where a study keeps its files (paths), the request and result
-documents (request, result), and how they are written and read (store)."""
+"""What a measurement leaves: where a study keeps its files (paths), the request, result and
+failure documents (request, result, failure), the summary's status words (status), and how they
+are written and read (store)."""

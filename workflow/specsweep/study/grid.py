@@ -70,14 +70,17 @@ def sections_at_levels(workload: dict) -> tuple[Section, ...]:
     return tuple(replace(s, **{kind: value}) for s in sections for value in values)
 
 
+def matching_exclusions(config: dict, values: dict) -> list[dict]:
+    """The study's exclude rules whose axes all match these values (compute capability aside):
+    the one place a rule is matched, for the plan (analysis.ledger) and for the job on its GPUs."""
+    return [rule for rule in config.get("exclude", []) if grid_axes.rule_matches(rule, values)]
+
+
 def architecture_exclusions(config: dict, **values) -> tuple:
     """((capabilities), reason) of the exclude rules that name an architecture and match these axes."""
-    out = []
-    for rule in config["exclude"]:
-        caps = rule.get("compute_capability")
-        if caps is not None and grid_axes.rule_matches(rule, values):
-            out.append((tuple(caps) if isinstance(caps, list) else (caps,), rule["reason"]))
-    return tuple(out)
+    named = [(rule.get("compute_capability"), rule["reason"]) for rule in matching_exclusions(config, values)]
+    return tuple((tuple(caps) if isinstance(caps, list) else (caps,), reason)
+                 for caps, reason in named if caps is not None)
 
 
 def find_spec(config: dict, name: str) -> RunSpec:

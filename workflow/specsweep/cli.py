@@ -32,8 +32,8 @@ from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
 from specsweep.servers.backends import llama_server_build, vllm
-from specsweep.spec import EMBEDDED, RunSpec
-from specsweep.study import loading, offline, prompt_sets
+from specsweep.spec import RunSpec
+from specsweep.study import loading, manifests, offline, prompt_sets
 from specsweep.study.grid import expand_grid, find_spec
 
 
@@ -181,51 +181,9 @@ def _run_spec(args) -> tuple[RunSpec, dict | None]:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
         spec = replace(find_spec(loading.load_study(args.config), args.name), launch=args.launch)
-    server_manifest, model_manifest, prompts_manifest = args.server_manifest, args.model_manifest, args.prompts_manifest
-    for path in args.manifests:  # the workflow passes whichever the study needs, in any order
-        doc = _read_json(path)
-        if "binary" in doc:
-            server_manifest = path
-        elif "prompts" in doc:
-            prompts_manifest = path
-        else:
-            model_manifest = path
-    binary = None
-    if spec.binary == EMBEDDED:
-        manifest = _manifest(server_manifest, "binary")
-        llama_server_build.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
-        binary = manifest["binary"]
-    model = _manifest(model_manifest, "model")["model"] if spec.model_path == EMBEDDED else None
-    prompts = None
-    if spec.prompt_set and prompts_manifest is None:  # by hand: the cached set, provisioned if need be
-        prompts = prompt_sets.provision(spec.prompt_set, **spec.prompt_pins)
-    elif spec.prompt_set:
-        prompts = _manifest(prompts_manifest, "prompts")
-    if prompts is not None and prompts.get("set") != spec.prompt_set:
-        raise ConfigError(f"manifest {prompts_manifest} is of prompt set {prompts.get('set')!r}, the study uses "
-                          f"{spec.prompt_set!r}; pass results/provision/prompts-{spec.prompt_set}.json")
-    return spec.resolved(binary=binary, model_path=model), prompts
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read manifest {path}: {exc}") from exc
-    return doc if isinstance(doc, dict) else {}
-
-
-def _manifest(path: Path | None, key: str) -> dict:
-    if path is None:
-        raise ConfigError(
-            f"the spec uses the embedded {key}; pass --{'server' if key == 'binary' else 'model'}-manifest "
-            f"(made by: snakemake --cores 1 results/provision/{'llama-server' if key == 'binary' else 'model'}.json)"
-        )
-    doc = _read_json(path)
-    if not isinstance(doc.get(key), str):
-        raise ConfigError(f"manifest {path} must be a JSON object with a {key!r} path; remake it with: "
-                          f"snakemake --cores 1 {path}")
-    return doc
+    handed = manifests.Handed.sorted_out(args.manifests, binary=args.server_manifest, model=args.model_manifest,
+                                         prompts=args.prompts_manifest)
+    return manifests.resolve(spec, handed)
 
 
 def args_provision(parser: argparse.ArgumentParser) -> None:
@@ -280,7 +238,7 @@ def cmd_provision(args) -> int:
     elif args.what == "vllm":
         manifest = vllm.provision_vllm(args.version, args.torch, log_path=args.log)
     else:
-        manifest = vllm.provision_tiny_model(_manifest(args.vllm_manifest, "binary")["binary"])
+        manifest = vllm.provision_tiny_model(manifests.holding(args.vllm_manifest, "binary")["binary"])
     store.write_json_atomic(args.out, manifest)
     return 0
 

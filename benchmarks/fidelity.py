@@ -20,7 +20,7 @@ from specsweep.measure import client, section_stats, workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
 from specsweep.servers.backends import llama_server_build
-from specsweep.servers.launch import server_argv
+from specsweep.servers.command import server_argv
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import Section
 from specsweep.study import prompt_sets

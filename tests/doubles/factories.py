@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from specsweep import study
-from specsweep.measure import runner
-from specsweep.measure import section_stats as metrics
+from specsweep.measure import runner, section_stats
 from specsweep.records.request import RequestRecord
 from specsweep.servers import backends
 from specsweep.study.prompts import prompt_id
@@ -38,7 +37,7 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
         key = (section.name, section.load)
         runs = [([replace(r, prompt_sha256=prompt_id((*key, r.repeat, r.index))) for r in records], wall)
                 for records, wall in runs]
-        stats = metrics.section_metrics(runs, {}, backends.get("llama-server"))
+        stats = section_stats.section_metrics(runs, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), "load": section.load, **stats,
                          "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},

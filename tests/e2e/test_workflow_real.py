@@ -18,13 +18,14 @@ import pytest
 
 from conftest import finish, load, measured, result_path, run_workflow, small_study
 from specsweep.records import store
+from specsweep.records.result import Result
 
 pytestmark = pytest.mark.e2e
 
 
 def _check_result(doc: dict) -> None:
     """Plausible, positive, internally consistent numbers."""
-    store.validate_result(doc)
+    Result.from_json(doc)
     assert doc["server"]["version"] != "unknown" and "--port" in doc["server"]["command"]
     assert doc["timing"]["startup_s"] > 0 and doc["timing"]["job_s"] > doc["timing"]["sections_s"]
     errors = []

@@ -143,7 +143,7 @@ def cmd_run(args) -> int:
         )
         hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
         shown = templates.redact_text(json.dumps(record.to_json()), hidden)
-        path = attempts.write_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
+        path = attempts.record_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
         reason = " ".join(templates.redact_text(exc.reason, hidden).split())  # one line on the terminal
         say(spec, f"FAILED [{exc.failure_class}] {reason}", terminal=True)
         say(spec, f"failure record: {path}; server log: {server_log}")
@@ -227,7 +227,7 @@ def cmd_provision(args) -> int:
             args.version, args.sha256, log_path=args.log, source=args.source, cuda_arch=args.cuda_arch,
             flash_attention=not args.no_flash_attention, build_dir=args.build_dir)
     elif args.what == "llama-source":  # --out is the archive; its manifest is written beside it
-        llama_server_build.source_archive(args.version, args.sha256, args.out, sdist=args.sdist)
+        llama_server_build.source_cut(args.version, args.sha256, args.out, sdist=args.sdist)
         return 0
     elif args.what == "tiny-gguf":  # a random-weight GGUF beside the manifest, by llama.cpp's gguf-py in --source
         manifest = llama_server_build.provision_tiny_gguf(args.source, args.out.with_suffix(".gguf"))

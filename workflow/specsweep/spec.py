@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
-from specsweep import axes as grid_axes
+from specsweep import axes
 from specsweep.errors import ConfigError
 
 EMBEDDED = "embedded"  # a server binary or model path the pipeline provisions
@@ -122,7 +122,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return grid_axes.run_name(self.values)
+        return axes.run_name(self.values)
 
     @property
     def label(self) -> str:

@@ -169,7 +169,7 @@ def test_a_retry_after_a_host_not_quiet_failure_waits_before_it_launches(tmp_pat
 def test_result_records_the_quiet_host_figures(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01))
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert doc["lease"]["devices"] == ["host"] and doc["quiet_host"]["max_foreign_cores"] == 0.25
     for section in doc["sections"]:
         load = section["quiet_host"]

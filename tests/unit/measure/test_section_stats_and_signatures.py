@@ -2,7 +2,7 @@
 
 import pytest
 
-from specsweep.measure import section_stats as metrics
+from specsweep.measure import section_stats
 from specsweep.servers import backends, signatures
 
 
@@ -10,18 +10,18 @@ from specsweep.servers import backends, signatures
     ([1, 2, 3, 4], 50, 2.5), ([5], 99, 5), ([1, 2, 3, 4, 5], 90, 4.6), ([3, 1, 2], 0, 1),
 ])
 def test_percentile_matches_linear_interpolation(values, q, expected):
-    assert metrics.percentile(values, q) == pytest.approx(expected)
+    assert section_stats.percentile(values, q) == pytest.approx(expected)
 
 
 def test_percentile_of_nothing_is_none_not_zero():
-    assert metrics.percentile([], 50) is None
-    assert metrics.distribution([])["mean"] is None
+    assert section_stats.percentile([], 50) is None
+    assert section_stats.distribution([])["mean"] is None
 
 
 def test_acceptance_length_from_counter_deltas():
     before = {"llamacpp:spec_decode_num_drafts_total": 10.0, "llamacpp:spec_decode_num_accepted_tokens_total": 20.0}
     after = {"llamacpp:spec_decode_num_drafts_total": 30.0, "llamacpp:spec_decode_num_accepted_tokens_total": 80.0}
-    delta = metrics.counter_delta(before, after)
+    delta = section_stats.counter_delta(before, after)
     llama = backends.get("llama-server")
     assert llama.acceptance_length([], delta) == pytest.approx(1 + 60 / 20)
     assert llama.acceptance_length([], {}) is None

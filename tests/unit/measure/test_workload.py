@@ -41,7 +41,7 @@ def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
     study = _with_sections(fault_study(model), request_rate=20.0, concurrency=2)
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     for section in doc["sections"]:
         records = sorted(section["records"], key=lambda r: r["index"])
         scheduled = [r["t_scheduled"] for r in records]
@@ -80,7 +80,7 @@ def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
     study["workload"]["prompts_file"] = str(prompts)
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert doc["prompts"]["source"] == str(prompts) and len(doc["prompts"]["sha256"]) == 64
     assert doc["prompts"]["count"] == 6 and doc["prompts"]["reused"] is False
     assert {r["prompt_tokens"] for s in doc["sections"] for r in s["records"]} == {16}

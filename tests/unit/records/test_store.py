@@ -10,6 +10,7 @@ from factories import as_version_4, result_doc
 from specsweep import study
 from specsweep.errors import ResultWriteError
 from specsweep.records import store
+from specsweep.records.result import Result
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def spec():
 
 def test_a_complete_result_validates(spec):
     doc = result_doc(spec)
-    store.validate_result(doc)
+    Result.from_json(doc)
     assert doc["schema_version"] == store.RESULT_VERSION
     assert [s["name"] for s in doc["sections"]] == ["short", "medium", "long"]
 
@@ -56,13 +57,13 @@ def _broken(doc, how):
                                  "record-without-tokens", "version-4-section-not-a-mapping"])
 def test_broken_results_are_refused(spec, how):
     with pytest.raises(store.InvalidResult):
-        store.validate_result(_broken(result_doc(spec), how))
+        Result.from_json(_broken(result_doc(spec), how))
 
 
 def test_atomic_write_replaces_whole_file(tmp_path, spec):
     path = tmp_path / "runs" / "r.json"
     store.write_json_atomic(path, result_doc(spec))
-    assert store.load_result(path)["name"] == spec.name
+    assert store.read_result(path).to_json()["name"] == spec.name
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left
 
 

@@ -22,7 +22,7 @@ from specsweep import study
 from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import ConfigError, Excluded, InvalidResponse
 from specsweep.measure import client, leases, runner
-from specsweep.servers import backends, launch, probes
+from specsweep.servers import backends, command, probes
 
 STANDIN = SGLANG_STANDIN
 SGLANG_WHEEL = "sglang==0.5.23"
@@ -40,7 +40,7 @@ def test_golden_argv_of_every_backend_default():
                  "grid": {"budget": [0, 4], "tp": [1, 2], "context": [128]}}
         if backend == "llama-server":  # its default has no {tp}: one tp only
             doc["grid"]["tp"] = [2]
-        return launch.server_argv(spec_of(doc, "tp2-b4-ctx128"), 8000, scratch="/s")
+        return command.server_argv(spec_of(doc, "tp2-b4-ctx128"), 8000, scratch="/s")
 
     assert argv("llama-server", "/m.gguf") == [
         "PY", "-m", "/m.gguf", "--host", "127.0.0.1", "--port", "8000", "-c", "404", "-np", "1", "-t", "2",
@@ -60,35 +60,35 @@ def test_golden_argv_of_every_backend_default():
 def test_golden_argv_and_env_of_the_example_studies():
     ddtree = study.load_study(REPO / "config" / "sglang-ddtree.yaml")
     spec = study.find_spec(ddtree, "tp2-b15-ctx25000-topk8")
-    assert launch.server_argv(spec, 8000, scratch="/s", side_port=8001) == [
+    assert command.server_argv(spec, 8000, scratch="/s", side_port=8001) == [
         "/opt/sglang-ddtree/.venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3.6-27B",
         "--tp", "2", "--context-length", "27079", "--host", "127.0.0.1", "--port", "8000", "--nccl-port", "8001",
         "--mem-fraction-static", "0.85", "--enable-metrics", "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/models/Qwen3.6-27B-DFlash", "--speculative-ddtree-budget", "15"]
-    assert launch.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
+    assert command.server_env(spec, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "8"}
     narrow = study.find_spec(ddtree, "tp2-b15-ctx25000-topk4")  # the fourth axis, through server.env
-    assert launch.server_env(narrow, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "4"}
-    assert launch.server_argv(narrow, 8000, scratch="/s") == launch.server_argv(spec, 8000, scratch="/s")
+    assert command.server_env(narrow, 8000) == {"SGLANG_DDTREE_MAX_TOPK": "4"}
+    assert command.server_argv(narrow, 8000, scratch="/s") == command.server_argv(spec, 8000, scratch="/s")
     assert len(study.expand_grid(ddtree)) == 7 * 2 * 2
     assert spec.gpu and spec.backend == "sglang" and spec.context + 2048 <= spec.context_limit
     assert [s.output_tokens for s in spec.sections] == [256, 1024, 2048]
     assert sorted(ddtree["grid"]["budget"]) == [0, 8, 12, 15, 16, 32, 64] and ddtree["grid"]["tp"] == [1, 2]
     baseline = study.find_spec(ddtree, "tp1-b0-ctx25000-topk4")
-    assert "--speculative-algorithm" not in launch.server_argv(baseline, 8000)
+    assert "--speculative-algorithm" not in command.server_argv(baseline, 8000)
 
     eagle = study.find_spec(study.load_study(REPO / "config" / "vllm-gpu.yaml"), "tp2-b4-ctx2048")
-    assert launch.server_argv(eagle, 8000) == [
+    assert command.server_argv(eagle, 8000) == [
         "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-8B",
         "--tensor-parallel-size", "2", "--max-model-len", "4116", "--host", "127.0.0.1", "--port", "8000",
         "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log", "--speculative-config",
         '{"method": "eagle3", "model": "/models/Qwen3-8B-EAGLE3", "num_speculative_tokens": 4}']
-    assert json.loads(launch.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
+    assert json.loads(command.server_argv(eagle, 8000)[-1])["num_speculative_tokens"] == 4
 
     cpu = study.find_spec(study.load_study(REPO / "config" / "vllm-cpu.yaml"), "tp1-b4-ctx128")
     resolved = cpu.resolved(binary="/venv/bin/python", model_path="/cache/tiny")
-    assert launch.server_argv(resolved, 8000, scratch="/s")[:4] == [
+    assert command.server_argv(resolved, 8000, scratch="/s")[:4] == [
         "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    assert launch.server_env(resolved, 8000, scratch="/s")["VLLM_CACHE_ROOT"] == "/s/cache"
+    assert command.server_env(resolved, 8000, scratch="/s")["VLLM_CACHE_ROOT"] == "/s/cache"
 
 
 def test_the_plan_shows_the_command_each_job_launches():

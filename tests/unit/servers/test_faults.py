@@ -118,7 +118,7 @@ GRACEFUL = {"never-ready", "stop-at-startup", "metrics-gone-after-request", "sho
 def test_healthy_fault_server_gives_a_valid_result(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert [s["output_tokens"] for s in doc["sections"]] == [16, 16, 8]
     assert not (tmp_path / "failures").exists()
 
@@ -173,14 +173,14 @@ def test_a_server_with_an_api_key_is_asked_with_it_on_every_route(tmp_path, mode
     study["server"]["command"] += ["--api-key", "{api_key}"]
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert [s["counters"]["llamacpp:tokens_predicted_total"] for s in doc["sections"]] == [16, 16, 8]
 
 
 def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, model):
     rc, err = run_cli(tmp_path, fault_study(model, "no-metrics"))
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert all(s["counters"] == {} for s in doc["sections"])
 
 
@@ -229,7 +229,7 @@ def test_a_server_that_listens_from_a_child_of_the_launched_process_is_ours(tmp_
     study["server"]["command"] = ["{binary}", "-c", wrapper, *study["server"]["command"]]
     rc, err = run_cli(tmp_path, study)
     assert rc == 0, err
-    assert store.load_result(tmp_path / "runs" / f"{NAME}.json")["sections"]
+    assert store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()["sections"]
 
 
 def test_port_already_served_is_never_benchmarked(tmp_path, model):

@@ -34,7 +34,7 @@ def fake_sdist(folder: Path) -> tuple[Path, str]:
 def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "carry" / "llama-source.tar.xz"
-    manifest = llama_server_build.source_archive("0.0.1", pin, out, sdist=sdist)
+    manifest = llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
     with tarfile.open(out) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
     assert names == {"vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
@@ -50,8 +50,8 @@ def test_a_source_not_cut_from_the_pin_or_changed_since_is_refused(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "llama-source.tar.xz"
     with pytest.raises(ProvisionError, match="SHA-256 differs"):
-        llama_server_build.source_archive("0.0.1", "0" * 64, out, sdist=sdist)
-    llama_server_build.source_archive("0.0.1", pin, out, sdist=sdist)
+        llama_server_build.source_cut("0.0.1", "0" * 64, out, sdist=sdist)
+    llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
     with pytest.raises(ProvisionError, match="not cut from llama-cpp-python 0.0.1 as pinned"):
         llama_server_build.local_source(out, "0.0.1", "f" * 64)
     out.write_bytes(out.read_bytes() + b"tampered")

@@ -19,7 +19,7 @@ from specsweep.analysis import aggregate, compare, ledger, partial_reports, plot
 from specsweep.errors import ConfigError
 from specsweep.records.failure import Failure
 from specsweep.records.store import write_json_atomic
-from specsweep.servers import launch
+from specsweep.servers import command
 
 LEGACY = DATA / "results-3546885"  # written by main at 3546885 (three axes)
 
@@ -38,12 +38,12 @@ def test_a_study_axis_names_configurations_and_reaches_the_server_through_its_pl
                                        "tp1-b4-ctx64-kvq8_0"]
     spec = specs[3]
     assert spec.values == {"tp": 1, "budget": 4, "context": 64, "kv": "q8_0"}
-    assert launch.server_env(spec, 8080) == {"LLAMA_ARG_CACHE_TYPE_K": "q8_0"}
+    assert command.server_env(spec, 8080) == {"LLAMA_ARG_CACHE_TYPE_K": "q8_0"}
     # A flag's value works the same way, and the spec's params carry the axis (a changed value reruns).
-    command = ["{binary}", "-m", "{model}", "--port", "{port}", "-ub", "{ub}"]
-    cfg = study.validate_study({"grid": {"budget": [0, 4], "ub": [64, 512]}, "server": {"command": command}})
+    template = ["{binary}", "-m", "{model}", "--port", "{port}", "-ub", "{ub}"]
+    cfg = study.validate_study({"grid": {"budget": [0, 4], "ub": [64, 512]}, "server": {"command": template}})
     spec = study.find_spec(cfg, "tp1-b4-ctx128-ub512")
-    argv = launch.server_argv(spec, 1)
+    argv = command.server_argv(spec, 1)
     assert argv[argv.index("-ub") + 1] == "512" and json.loads(spec.to_json())["axes"] == {"ub": 512}
     assert study.RunSpec.from_dict(json.loads(spec.to_json())) == spec
 

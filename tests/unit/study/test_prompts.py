@@ -227,5 +227,5 @@ def test_results_of_the_gate_keep_their_records(tmp_path, model):
     """The records say which prompt each request sent, so the check can be redone from the file."""
     rc, err = run_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = store.load_result(tmp_path / "runs" / f"{NAME}.json")
+    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
     assert all(len(r["prompt_sha256"]) == 64 for s in doc["sections"] for r in s["records"])

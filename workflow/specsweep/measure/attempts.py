@@ -66,7 +66,7 @@ def keep_in_history(spec: RunSpec, out: Path, say) -> None:
         say(spec, f"could not keep a copy in {paths.history_of(runs)}: {exc}")
 
 
-def write_failure(failures_dir: Path, record: Failure) -> Path | str:
+def record_failure(failures_dir: Path, record: Failure) -> Path | str:
     """The failure record, best effort: the exit code still tells when it cannot be written."""
     try:
         return store.write_failure(failures_dir, record)

@@ -19,7 +19,7 @@ from specsweep.records import paths
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
 from specsweep.records.store import utc_now, write_json_atomic
-from specsweep.servers import backends, launch, templates
+from specsweep.servers import backends, command, templates
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import EMBEDDED, RunSpec, Section, loads_named
 from specsweep.study.loading import check_spec_command, model_path_problem
@@ -119,15 +119,15 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
     with ExitStack() as stack:
         lease = stack.enter_context(leases.acquire(
             spec.tp, holder=spec.name, gpu=spec.gpu, port=port, announce=lambda m: say(spec, m, terminal=True),
-            derived=lambda p: backend.derived_ports(launch.server_argv(spec, p, key), p)))
+            derived=lambda p: backend.derived_ports(command.server_argv(spec, p, key), p)))
         hw = host_facts.facts(lease.gpus)
         leases.check_exclusions(spec.excluded_on, hw)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
-        server = ServerProcess(launch.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
+        server = ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
                                log_path=server_log,
                                startup_timeout_s=spec.startup_timeout_s, api_key=key, backend=backend,
-                               env={**launch.server_env(spec, lease.port, scratch, lease.side_port), **lease.env()})
+                               env={**command.server_env(spec, lease.port, scratch, lease.side_port), **lease.env()})
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:

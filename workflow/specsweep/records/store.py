@@ -77,16 +77,6 @@ def read_result(path: Path) -> Result:
     return Result.from_json(doc)
 
 
-def load_result(path: Path) -> dict:
-    """A result file as the current version's JSON document, validated."""
-    return read_result(path).to_json()
-
-
-def validate_result(doc: dict) -> None:
-    """Raise InvalidResult unless the document is a result aggregation can use."""
-    Result.from_json(doc)
-
-
 def failure_record(*, name: str, spec: dict, error, started_at: str, attempt: int, server_log: str | None,
                    log_tail: str, compute_capability: str | None = None) -> Failure:
     """The record of one failed attempt, failing now."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specsweep import axes as grid_axes
+from specsweep import axes
 from specsweep.errors import ConfigError
 from specsweep.spec import Objective, RunSpec, Section
 from specsweep.study import prompt_sets
@@ -13,8 +13,8 @@ from specsweep.study import prompt_sets
 def expand_grid(config: dict) -> list[RunSpec]:
     """One RunSpec per grid point (every combination of every axis), in a stable order."""
     out = []
-    for point in grid_axes.points(config["grid"]):
-        tp, budget, context = (point.pop(a) for a in grid_axes.BUILTIN)
+    for point in axes.points(config["grid"]):
+        tp, budget, context = (point.pop(a) for a in axes.BUILTIN)
         out.append(make_spec(config, tp=tp, budget=budget, context=context, own=point))
     return out
 
@@ -73,7 +73,7 @@ def sections_at_levels(workload: dict) -> tuple[Section, ...]:
 def matching_exclusions(config: dict, values: dict) -> list[dict]:
     """The study's exclude rules whose axes all match these values (compute capability aside):
     the one place a rule is matched, for the plan (analysis.ledger) and for the job on its GPUs."""
-    return [rule for rule in config.get("exclude", []) if grid_axes.rule_matches(rule, values)]
+    return [rule for rule in config.get("exclude", []) if axes.rule_matches(rule, values)]
 
 
 def architecture_exclusions(config: dict, **values) -> tuple:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from specsweep import axes as grid_axes
+from specsweep import axes
 from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.servers import backends, templates
-from specsweep.servers.launch import server_argv, server_env
+from specsweep.servers.command import server_argv, server_env
 from specsweep.spec import EMBEDDED, RunSpec
 from specsweep.study.grid import check_unique_names, expand_grid
 from specsweep.study.prompts import not_utf8, read_prompts_file
@@ -126,7 +126,7 @@ def check_study(config: dict) -> None:
         raise ConfigError(f"workload.sections: section names must be unique, got {names}")
     check_objective(config["workload"].get("objective"), names)
     check_racing(config["workload"]["launches"], config["verdict"]["until_decided"])
-    server, own = config["server"], tuple(grid_axes.own(config["grid"]))
+    server, own = config["server"], tuple(axes.own(config["grid"]))
     check_command(server["command"], server["speculative_args"], api_key_env=server["api_key_env"],
                   allow_remote_bind=server["allow_remote_bind"], axes=own)
     backends.get(config["backend"]).check_launch(server["command"] + server["speculative_args"])
@@ -155,7 +155,7 @@ def check_axes(config: dict) -> None:
     """The study's own axes: names free to use, each reaching the server, exclusions and facets naming axes."""
     grid, server = config["grid"], config["server"]
     used = server["command"] + server["speculative_args"] + list(server["env"].values())
-    for axis in grid_axes.own(grid):
+    for axis in axes.own(grid):
         if axis in templates.PLACEHOLDERS:
             raise ConfigError(f"grid.{axis}: {axis} is a placeholder specsweep fills itself; name the axis otherwise "
                               f"(reserved: {', '.join(templates.PLACEHOLDERS)})")
@@ -163,7 +163,7 @@ def check_axes(config: dict) -> None:
             raise ConfigError(f"grid.{axis} reaches no server: no {{{axis}}} in server.command, "
                               f"server.speculative_args or server.env, so every value would launch the same "
                               f"server; pass it with {{{axis}}} (a flag's value, or an environment variable)")
-    known = grid_axes.names(grid)
+    known = axes.names(grid)
     for number, rule in enumerate(config["exclude"]):
         for key in rule:
             if key not in known and key not in ("compute_capability", "reason"):

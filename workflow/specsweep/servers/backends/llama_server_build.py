@@ -168,7 +168,7 @@ def provision_server(version: str, sha256: str, *, log_path: Path, source: Path 
     """The cached llama-server for this llama-cpp-python version, built if needed.
 
     ``source``: a local copy of the source instead of the package index (a machine without one):
-    the pinned sdist itself, or the smaller source archive ``source_archive`` cut from it, checked
+    the pinned sdist itself, or the smaller source cut (``source_cut``) taken from it, checked
     against the manifest beside it. ``cuda_arch``: build with CUDA for that architecture.
     ``build_dir``: build there and keep it, so that a build cut short (a time limit) continues
     where it stopped on the next call instead of starting over.
@@ -221,7 +221,7 @@ def server_artifact(version: str, sha256: str, flags: tuple[str, ...] = CMAKE_FL
 SOURCE_LEFT_OUT = ("models", "docs", "benches", "media", "tests", ".git", ".github", ".devops")
 
 
-def source_archive(version: str, sha256: str, out: Path, *, sdist: Path | None = None) -> dict:
+def source_cut(version: str, sha256: str, out: Path, *, sdist: Path | None = None) -> dict:
     """Cut the build's source from the pinned sdist (downloaded, or a local copy checked against
     the pin) into ``out`` (.tar.xz), with ``out``.json naming both hashes; return that manifest."""
     with tempfile.TemporaryDirectory(prefix="specsweep-source-") as tmp:

@@ -31,6 +31,24 @@ def test_each_package_docstring_names_every_module_it_holds_and_no_other(package
     assert named == modules, f"{package}/__init__.py: named {sorted(named)}, holds {sorted(modules)}"
 
 
+# A measured figure in prose: a time, a share, a ratio, a size or a count of things measured.
+FIGURE = re.compile(r"(?<![\w.])(\d+(?:[.,]\d+)*(?:\s?(?:to|-)\s?\d+(?:\.\d+)?)?\s?(?:min(?:utes)?|s|ms|%|x|GiB|MiB|MB"
+                    r"|GB|tok/s|steps|tests|launches|mutants)|\d+ of \d+)(?!\w)")
+# Settings and design values, not measurements: the same default may be named wherever it matters.
+SETTINGS = {"1%", "5%", "10%", "95%", "30 s", "1800 s", "2 launches", "16 launches"}
+
+
+def test_each_measured_figure_is_stated_in_one_page_and_pointed_to_from_the_others():
+    """Code blocks (a terminal's output, a command) are shown, not stated, and are left out."""
+    where: dict[str, set[str]] = {}
+    for page in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for figure in FIGURE.findall(prose):
+            where.setdefault(figure, set()).add(page.name)
+    twice = {f: sorted(pages) for f, pages in where.items() if len(pages) > 1 and f not in SETTINGS}
+    assert not twice, f"state each figure in the page that owns it and point there from the others: {twice}"
+
+
 def layout() -> str:
     page = (DOCS / "development.md").read_text()
     return page[page.index("## Layout"):]

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -205,3 +206,26 @@ def test_a_result_of_another_study_or_configuration_is_named_as_such():
     assert ledger.measured_otherwise(result, other) == "measured for study 'default', not this study 'other'"
     broken = store.Result.from_json({**doc, "spec": {**doc["spec"], "no_such_field": 1}})
     assert ledger.measured_otherwise(broken, spec) == "its spec cannot be read as a configuration of this specsweep"
+
+
+def test_a_configurations_launches_merge_into_one_row_per_section_with_every_launchs_figures(tmp_path):
+    """Two launches at about 100 and 50 tok/s (two repeats each): the row says both, sums the work,
+    keeps the extremes of all four repeats, and means the rest."""
+    cfg = study.validate_study({"grid": {"budget": [0], "tp": [1], "context": [128]}, "workload": {"launches": 2}})
+    spec = study.expand_grid(cfg)[0]
+    runs = tmp_path / "runs"
+    docs = [result_doc(spec, tok_s=100.0), result_doc(replace(spec, launch=2), tok_s=50.0)]
+    for k, doc in enumerate(docs, 1):
+        store.write_json_atomic(runs / spec.name / f"launch{k}.json", doc)
+    frame = aggregate.summarize(cfg, runs, tmp_path / "failures")
+    for section, row in zip(docs[0]["sections"], frame.to_dict("records")):
+        pair = [d["sections"][docs[0]["sections"].index(section)] for d in docs]
+        assert row["launches"] == 2 and row["status"] == "ok"
+        assert aggregate.values_of(row["launch_tok_s"]) == pytest.approx([s["output_tok_s"] for s in pair], rel=1e-5)
+        repeats = [r for s in pair for r in s["output_tok_s_repeats"]]
+        assert aggregate.values_of(row["repeat_tok_s"]) == pytest.approx(repeats, rel=1e-5) and len(repeats) == 4
+        assert row["output_tok_s_min"] == min(s["output_tok_s_min"] for s in pair)
+        assert row["output_tok_s_max"] == max(s["output_tok_s_max"] for s in pair)
+        for key in ("requests", "output_tokens", "wall_s"):
+            assert row[key] == pytest.approx(sum(s[key] for s in pair)), key
+        assert row["output_tok_s"] == pytest.approx(sum(s["output_tok_s"] for s in pair) / 2)

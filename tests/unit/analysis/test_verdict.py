@@ -215,3 +215,66 @@ def test_a_cell_with_mixed_launch_counts_is_decided_on_launches():
     assert verdict.units(launch_values, repeat_values) == ({0: [100.0], 4: [104.0, 106.0]}, verdict.LAUNCHES)
     assert verdict.units({0: [100.0], 4: [104.0]}, repeat_values) == (
         {0: [99.0, 101.0], 4: [103.0, 105.0, 105.5, 106.5]}, verdict.REPEATS)
+
+
+def test_each_branch_of_decide_says_its_state_budgets_basis_and_units_whole():
+    """Every field of the verdict, for each way decide ends (mutation testing found them unread)."""
+    decide = verdict.decide
+    R = verdict.REPEATS
+    # One budget in the cell: it is decided by itself.
+    assert decide({4: [10.0, 11.0, 12.0]}, confidence=0.95, tie=0.01, basis=R) == \
+        verdict.Verdict(verdict.DECIDED, 4, 4, (4,), R, 3)
+    # One unit each: no noise estimate, nothing separated; the higher mean is still the highest.
+    assert decide({0: [10.0], 2: [12.0]}, confidence=0.95, tie=0.01, basis=R) == \
+        verdict.Verdict(verdict.UNDECIDED, None, 2, (0, 2), R, 1)
+    # Clearly separated: one left.
+    far = {0: [10.0, 10.1, 9.9], 4: [20.0, 20.2, 19.8]}
+    assert decide(far, confidence=0.95, tie=0.01, basis=R) == verdict.Verdict(verdict.DECIDED, 4, 4, (4,), R, 3)
+    # Close and precise: tied, the smaller named, the higher mean recorded as the highest.
+    close = {0: [100.0, 100.01, 99.99, 100.0], 2: [100.2, 100.21, 100.19, 100.2]}
+    assert decide(close, confidence=0.95, tie=0.01, basis=R) == \
+        verdict.Verdict(verdict.TIED, 0, 2, (0, 2), R, 4)
+    # Noisy: undecided, every budget in the set.
+    noisy = {0: [80.0, 120.0, 100.0], 2: [90.0, 130.0, 104.0]}
+    assert decide(noisy, confidence=0.95, tie=0.01, basis=R) == \
+        verdict.Verdict(verdict.UNDECIDED, None, 2, (0, 2), R, 3)
+
+
+def test_equal_means_make_the_smaller_budget_the_highest_and_no_tie_without_a_margin():
+    same = {0: [10.0, 10.0], 4: [10.0, 10.0]}
+    got = verdict.decide(same, confidence=0.95, tie=0.01)
+    assert got.highest == 0 and got.state == verdict.TIED and got.named == 0
+    # tie: 0 asks for no margin: two budgets nothing separates stay undecided, never tied.
+    assert verdict.decide(same, confidence=0.95, tie=0.0).state == verdict.UNDECIDED
+
+
+def test_the_speedup_interval_is_the_pooled_t_interval_on_log_throughput_with_unequal_sizes():
+    from scipy import stats
+
+    e = math.exp
+    cell = {0: [e(0.0), e(0.1), e(-0.1)], 4: [e(0.5), e(0.7)]}  # means 0 and 0.6 in logs; 3 and 2 units
+    s = math.sqrt((0.02 + 0.02) / 3)  # squares about each mean over df = 5 - 2
+    half = stats.t.ppf(0.975, 3) * s * math.sqrt(1 / 2 + 1 / 3)
+    assert verdict.speedup_interval(cell, 4, confidence=0.95) == pytest.approx((e(0.6 - half), e(0.6 + half)))
+    # One degree of freedom is enough for an interval (wide, but a number).
+    low, high = verdict.speedup_interval({0: [e(0.0), e(0.2)], 4: [e(0.5)]}, 4, confidence=0.95)
+    assert 0 < low < e(0.4) < high and math.isfinite(high)
+
+
+def test_a_tie_reads_as_the_named_budget_and_its_set():
+    assert verdict.words(verdict.TIED, 0, "0 2") == "0 (tied: 0 2)"
+    assert verdict.words(verdict.UNDECIDED, None, "4 8") == "undecided: 4 8"
+    assert verdict.words(verdict.DECIDED, 8, "8") == "8"
+
+
+def test_racing_takes_every_undecided_cell_in_grid_order_at_the_studys_own_confidence_and_tie():
+    # Two cells, both undecided at 95%; the grid lists context 1024 first, so its names come first.
+    draws = {(1024, 0): [100.0, 110.0], (1024, 4): [104.0, 99.0], (128, 0): [100.0, 96.0], (128, 4): [103.0, 98.0]}
+    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 4}}}
+    names, cells = race.contenders(config, frame_of(draws, dict.fromkeys(draws, 2)), 2)
+    assert names == ["tp1-b0-ctx1024", "tp1-b4-ctx1024", "tp1-b0-ctx128", "tp1-b4-ctx128"] and len(cells) == 2
+    # The study's own confidence and tie decide, not the defaults: at 50% confidence, or with a 20%
+    # tie, both cells are settled and nothing is raced.
+    for settings in ({"confidence": 0.5}, {"tie": 0.2}):
+        study = {"verdict": {**config["verdict"], **settings}}
+        assert race.contenders(study, frame_of(draws, dict.fromkeys(draws, 2)), 2) == ([], []), settings

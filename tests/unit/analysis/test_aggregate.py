@@ -229,3 +229,29 @@ def test_a_configurations_launches_merge_into_one_row_per_section_with_every_lau
         for key in ("requests", "output_tokens", "wall_s"):
             assert row[key] == pytest.approx(sum(s[key] for s in pair)), key
         assert row["output_tok_s"] == pytest.approx(sum(s["output_tok_s"] for s in pair) / 2)
+
+
+def test_each_launch_is_judged_on_its_own_and_named_when_it_is_the_one_missing_or_refused(tmp_path):
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4, 8], "tp": [1], "context": [128]},
+                                "workload": {"launches": 2}})
+    b0, b2, b4, b8 = study.expand_grid(cfg)
+    runs = tmp_path / "runs"
+    for spec in (b0, b2, b4):
+        store.write_json_atomic(runs / spec.name / "launch1.json", result_doc(spec))
+    # b0: its second launch measured for another study; b2: no second launch; b4: a damaged first.
+    store.write_json_atomic(runs / b0.name / "launch2.json", result_doc(replace(b0, study="other", launch=2)))
+    (runs / b4.name / "launch1.json").write_text("{")
+    store.write_json_atomic(runs / b4.name / "launch2.json", result_doc(replace(b4, launch=2)))
+    store.write_json_atomic(runs / b8.name / "launch2.json", result_doc(replace(b8, launch=2)))  # b8: the second alone
+    frame = aggregate.summarize(cfg, runs, tmp_path / "failures")
+    rows = {row["name"]: row for row in frame.drop_duplicates("name").to_dict("records")}
+    assert rows[b0.name]["status"] == "invalid result"
+    assert rows[b0.name]["reason"] == "launch 2: measured for study 'other', not this study 'default'"
+    assert rows[b2.name]["status"] == "not run"
+    assert rows[b2.name]["reason"] == "launch 2 of 2 not run, and no failure record"
+    assert rows[b8.name]["reason"] == "launch 1 of 2 not run, and no failure record"
+    assert rows[b4.name]["status"] == "invalid result" and rows[b4.name]["reason"].startswith(f"{runs}/{b4.name}")
+    assert set(frame[frame["name"] == b0.name]["section"]) == {"short", "medium", "long"}  # every section's row
+    # Read up to launch 1 only (a racing round's view), b2 is whole.
+    assert set(aggregate.summarize(cfg, runs, tmp_path / "failures", upto=1).query("name == @b2.name")["status"]) \
+        == {"ok"}

@@ -188,6 +188,7 @@ def configuration_facts(path: Path) -> dict:
         "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry") or []}
         for s in doc["sections"]]
     return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
+            "unchecked": (doc["server"].get("preflight") or {"unchecked": ["not recorded"]})["unchecked"],
             "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version")}
 
 
@@ -215,6 +216,8 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
             sum(s["server_counter"].values()) == s["output_tokens"] for s in sections), None),
         ("the budget configuration drafted", bool(drafted) and all(s["acceptance_length"] >= 1 for s in drafted),
          [(s["name"], s["draft_tokens"], s["acceptance_length"]) for s in drafted]),
+        ("the server said its limits before measuring", bool(configurations) and not any(
+            c["unchecked"] for c in configurations), [u for c in configurations for u in c["unchecked"]]),
         ("no llama-server process left", not left, left),
     ]
     before, peak, after = memory["before"], memory["peak"], memory["after"]

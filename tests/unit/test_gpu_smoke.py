@@ -27,14 +27,15 @@ def test_the_stages_fit_one_device_call():
         gpu_smoke.limits_for(True, ["compile=5"])
 
 
-def _study(tmp_path, *, telemetry: list, log: str):
+def _study(tmp_path, *, telemetry: list, log: str, unchecked=()):
     launch = tmp_path / "results" / "runs" / "tp1-b4-ctx128" / "launch1.json"
     launch.parent.mkdir(parents=True)
     section = {"name": "short", "output_tokens": 64, "output_tok_s": 900.0, "acceptance_length": 2.0,
                "counters": {"llamacpp:tokens_predicted_total": 64}, "draft_tokens": 30, "draft_accepted": 20,
                "quiet_host": {"gpu_telemetry": telemetry}}
     launch.write_text(json.dumps({"name": "tp1-b4-ctx128", "sections": [section], "lease": {"devices": ["0"]},
-                                  "hardware": {"gpus": []}, "server": {"version": "b1"}}))
+                                  "hardware": {"gpus": []}, "server": {"version": "b1", "preflight": {
+                                      "checked": ["context: 4096 tokens, 161 needed"], "unchecked": list(unchecked)}}}))
     server_log = tmp_path / "logs" / "server" / "tp1-b4-ctx128" / "launch1.log"
     server_log.parent.mkdir(parents=True)
     server_log.write_text(log)
@@ -103,3 +104,12 @@ def test_a_server_left_running_is_found_by_its_program_not_by_a_word_in_another_
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_launch_whose_checks_read_nothing_fails_the_smoke_check(tmp_path):
+    unread = ["context not checked: /props answered 404"]
+    study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED, unchecked=unread)
+    memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
+    checks = gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
+    said = next(c for c in checks if c["check"] == "the server said its limits before measuring")
+    assert said["held"] is False and said["detail"] == unread

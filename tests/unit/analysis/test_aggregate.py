@@ -255,3 +255,35 @@ def test_each_launch_is_judged_on_its_own_and_named_when_it_is_the_one_missing_o
     # Read up to launch 1 only (a racing round's view), b2 is whole.
     assert set(aggregate.summarize(cfg, runs, tmp_path / "failures", upto=1).query("name == @b2.name")["status"]) \
         == {"ok"}
+
+
+def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cell(tmp_path):
+    from specsweep.analysis import verdict
+
+    cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1], "context": [128, 1024]},
+                                "workload": {"launches": 2}})
+    runs = tmp_path / "runs"
+    rates = {0: (100.0, 90.0), 4: (150.0, 140.0)}
+    for spec in study.expand_grid(cfg):
+        for k, rate in enumerate(rates[spec.budget], 1):
+            doc = result_doc(replace(spec, launch=k), tok_s=rate)
+            store.write_json_atomic(runs / spec.name / f"launch{k}.json", doc)
+    (runs / "tp1-b0-ctx1024" / "launch2.json").unlink()  # its cell has no whole baseline: no speedup there
+    frame = aggregate.summarize(cfg, runs, tmp_path / "failures")
+    ok = frame[frame["context"] == 128].set_index(["budget", "section"])
+    for section in ("short", "medium", "long"):
+        base, fast = ok.loc[(0, section)], ok.loc[(4, section)]
+        assert fast["speedup"] == pytest.approx(fast["output_tok_s"] / base["output_tok_s"])
+        assert fast["speedup_min"] == pytest.approx(fast["output_tok_s_min"] / base["output_tok_s"])
+        assert fast["speedup_max"] == pytest.approx(fast["output_tok_s_max"] / base["output_tok_s"])
+        units = {b: aggregate.values_of(ok.loc[(b, section)]["launch_tok_s"]) for b in (0, 4)}
+        interval = verdict.speedup_interval(units, 4, confidence=0.95)
+        assert (fast["speedup_low"], fast["speedup_high"]) == pytest.approx(interval)
+        assert fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
+    rest = frame[(frame["context"] == 1024) & (frame["budget"] == 4)]
+    assert rest["speedup"].isna().all() and rest["speedup_low"].isna().all()
+    # One launch each: repeats are no replicates of a launch, so no interval (the point stays).
+    one = study.validate_study({**cfg, "workload": {**cfg["workload"], "launches": 1}})
+    single = aggregate.summarize(one, runs, tmp_path / "failures", upto=1)
+    short = single[(single["context"] == 128) & (single["budget"] == 4) & (single["section"] == "short")].iloc[0]
+    assert short["speedup"] > 1 and math.isnan(short["speedup_low"]) and math.isnan(short["speedup_high"])

@@ -250,6 +250,9 @@ def test_each_launch_is_judged_on_its_own_and_named_when_it_is_the_one_missing_o
     assert rows[b2.name]["status"] == "not run"
     assert rows[b2.name]["reason"] == "launch 2 of 2 not run, and no failure record"
     assert rows[b8.name]["reason"] == "launch 1 of 2 not run, and no failure record"
+    three = study.validate_study({**cfg, "workload": {**cfg["workload"], "launches": 3}})
+    assert aggregate.summarize(three, runs, tmp_path / "failures").query("name == @b2.name")["reason"].iloc[0] == \
+        "launch 2 3 of 3 not run, and no failure record"
     assert rows[b4.name]["status"] == "invalid result" and rows[b4.name]["reason"].startswith(f"{runs}/{b4.name}")
     assert set(frame[frame["name"] == b0.name]["section"]) == {"short", "medium", "long"}  # every section's row
     # Read up to launch 1 only (a racing round's view), b2 is whole.
@@ -280,6 +283,9 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
         interval = verdict.speedup_interval(units, 4, confidence=0.95)
         assert (fast["speedup_low"], fast["speedup_high"]) == pytest.approx(interval)
         assert fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
+    # add_speedup's own default is the 95% the study's schema defaults to.
+    again = aggregate.add_speedup(frame.drop(columns=["speedup_low", "speedup_high"]))
+    assert list(again["speedup_low"].dropna()) == pytest.approx(list(frame["speedup_low"].dropna()))
     rest = frame[(frame["context"] == 1024) & (frame["budget"] == 4)]
     assert rest["speedup"].isna().all() and rest["speedup_low"].isna().all()
     # One launch each: repeats are no replicates of a launch, so no interval (the point stays).
@@ -287,3 +293,37 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
     single = aggregate.summarize(one, runs, tmp_path / "failures", upto=1)
     short = single[(single["context"] == 128) & (single["budget"] == 4) & (single["section"] == "short")].iloc[0]
     assert short["speedup"] > 1 and math.isnan(short["speedup_low"]) and math.isnan(short["speedup_high"])
+
+
+class _Launch:
+    """One launch's result as merged_rows reads it (Result.summary_rows and repeat_rates)."""
+
+    def __init__(self, rows: list[dict], repeats: dict):
+        self.rows, self.repeats = rows, repeats
+
+    def summary_rows(self) -> list[dict]:
+        return self.rows
+
+    def repeat_rates(self) -> dict:
+        return self.repeats
+
+
+def test_a_goodput_row_merges_its_launches_searches_steps_and_convergence():
+    """The search's row (load slo) has no repeats and no min/max: its steps add up, it converged
+    only if every launch's search did, and nothing is invented for what it lacks."""
+    def launch(tok_s, steps, converged):
+        chat = {"section": "chat", "load": "c1", "output_tok_s": tok_s, "output_tok_s_min": tok_s - 1,
+                "output_tok_s_max": tok_s + 1, "requests": 4, "output_tokens": 64, "wall_s": 2.0}
+        slo = {"section": "chat", "load": "slo", "output_tok_s": tok_s / 2, "output_tok_s_min": None,
+               "output_tok_s_max": None, "requests": 8, "output_tokens": 128, "wall_s": 4.0,
+               "search_steps": steps, "search_converged": converged}
+        return _Launch([chat, slo], {("chat", "c1"): [tok_s - 1, tok_s + 1]})
+
+    chat, slo = aggregate.merged_rows([launch(10.0, 5, True), launch(20.0, 7, False)])
+    assert (slo["search_steps"], slo["search_converged"]) == (12, False)
+    assert slo["output_tok_s_min"] is None and slo["output_tok_s_max"] is None and slo["repeat_tok_s"] == ""
+    assert (slo["requests"], slo["output_tokens"], slo["wall_s"]) == (16, 256, 8.0)
+    assert slo["launch_tok_s"] == "5 10" and slo["output_tok_s"] == 7.5 and slo["launches"] == 2
+    assert chat["repeat_tok_s"] == "9 11 19 21" and "search_steps" not in chat and "search_converged" not in chat
+    both = aggregate.merged_rows([launch(10.0, 5, True), launch(20.0, 7, True)])[1]
+    assert both["search_converged"] is True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import asdict, replace
 
 from specsweep import study
@@ -59,3 +61,11 @@ def as_version_4(doc: dict) -> dict:
     if doc.get("search"):
         out["search"] = {**doc["search"], "sections": old(doc["search"]["sections"])}
     return out
+
+
+def launches(rng: random.Random, true: dict[int, float], *, n: int, between: float, within: float = 0.01,
+             repeats: int = 2) -> dict[int, list[float]]:
+    """Each launch's throughput: the truth times a launch factor, times the mean of its repeats' jitter."""
+    return {b: [rate * math.exp(rng.gauss(0, between)) * sum(math.exp(rng.gauss(0, within))
+                                                             for _ in range(repeats)) / repeats
+                for _ in range(n)] for b, rate in true.items()}

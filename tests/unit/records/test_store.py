@@ -1,63 +1,19 @@
-"""Result documents: what is valid, what is refused, and atomic writes that never leave a part."""
+"""The store (records/store.py): atomic writes that never leave a part, the history's links, and
+failure records that accumulate."""
 
-import copy
 import json
-from pathlib import Path
 
 import pytest
 
-from factories import as_version_4, result_doc
+from factories import result_doc
 from specsweep import study
 from specsweep.errors import ResultWriteError
 from specsweep.records import store
-from specsweep.records.result import Result
 
 
 @pytest.fixture
 def spec():
     return study.expand_grid(study.validate_study({}))[0]
-
-
-def test_a_complete_result_validates(spec):
-    doc = result_doc(spec)
-    Result.from_json(doc)
-    assert doc["schema_version"] == store.RESULT_VERSION
-    assert [s["name"] for s in doc["sections"]] == ["short", "medium", "long"]
-
-
-def _broken(doc, how):
-    doc = copy.deepcopy(doc)
-    section = doc["sections"][1]
-    if how == "too-few-tokens":
-        section["records"][0]["output_tokens"] -= 1
-    elif how == "zero-throughput":
-        section["output_tok_s"] = 0.0
-    elif how == "missing-section":
-        doc["sections"].pop()
-    elif how == "missing-record":
-        section["records"].pop()
-    elif how == "token-sum-mismatch":
-        section["output_tokens"] += 5
-    elif how == "old-version":
-        doc["schema_version"] = 0
-    elif how == "not-ours":
-        doc["schema"] = "guidellm"
-    elif how == "section-not-a-mapping":
-        doc["sections"][1] = "medium"
-    elif how == "record-without-tokens":
-        del section["records"][0]["output_tokens"]
-    elif how == "version-4-section-not-a-mapping":
-        doc = as_version_4(doc)
-        doc["sections"][1] = "medium"
-    return doc
-
-
-@pytest.mark.parametrize("how", ["too-few-tokens", "zero-throughput", "missing-section", "missing-record",
-                                 "token-sum-mismatch", "old-version", "not-ours", "section-not-a-mapping",
-                                 "record-without-tokens", "version-4-section-not-a-mapping"])
-def test_broken_results_are_refused(spec, how):
-    with pytest.raises(store.InvalidResult):
-        Result.from_json(_broken(result_doc(spec), how))
 
 
 def test_atomic_write_replaces_whole_file(tmp_path, spec):
@@ -116,45 +72,3 @@ def test_failure_records_accumulate_and_latest_wins(tmp_path, spec):
     written = json.loads(next((tmp_path / spec.name).iterdir()).read_text())
     assert written["schema"] == "specsweep.failure" and written["class"] == "server-died"
     assert store.Failure.from_json(written).to_json() == written  # one reader and one writer, round trip
-
-
-# --- the quiet-host guard's one name: older documents read under it ----------------------------
-
-def test_a_version_4_result_is_read_under_the_quiet_host_names_with_its_figures_unchanged(spec):
-    doc = result_doc(spec)
-    doc["lease"] = {"devices": ["host"], "waited_s": 0.5, "port": 8080, "lock_dir": "/tmp/l"}
-    doc["quiet_host"] = {"max_foreign_cores": 0.25, "max_repeat_spread": 0.5, "retry_pause_s": 30,
-                         "max_gpu_slowed_share": 0.05}
-    for n, section in enumerate(doc["sections"]):
-        section["quiet_host"] = {"cpu_s": 0.01 * n, "contended_cores": 0.001 * n, "gpu_telemetry": []}
-    assert store.Result.from_json(copy.deepcopy(doc)).to_json() == doc  # version 5 as it is
-    bare = result_doc(spec)  # no lease, no settings: version 4 wrote no isolation either
-    assert store.Result.from_json(as_version_4(bare)).to_json() == bare
-    old = as_version_4(doc)
-    assert "host_load" in old["sections"][0] and "guard" in old["isolation"]
-    read = store.Result.from_json(old).to_json()
-    assert read == doc  # the same document, under the new names and version
-
-
-def test_a_version_3_result_of_main_at_3546885_reads_its_lease_and_quiet_host_figures():
-    path = Path(__file__).parents[2] / "data/results-3546885/results/runs/tp1-b0-ctx64.json"
-    raw = json.loads(path.read_text())
-    result = store.Result.from_json(copy.deepcopy(raw))
-    assert result.quiet_host == raw["isolation"]["guard"] and result.quiet_host["max_foreign_cores"] == 0.25
-    assert result.lease == {k: v for k, v in raw["isolation"].items() if k != "guard"} and result.lease["devices"]
-    for section, before in zip(result.sections, raw["sections"]):
-        assert section["quiet_host"] == before["host_load"] and "host_load" not in section
-
-
-def test_a_failure_record_of_the_old_class_name_is_read_under_the_new_one(tmp_path, spec):
-    from specsweep import errors
-    from specsweep.records import failure
-
-    old = {"schema": "specsweep.failure", "schema_version": 1, "name": spec.name, "class": "noisy-host",
-           "exit_code": 18, "transient": True, "reason": "other processes took 0.9 cores"}
-    record = store.Failure.from_json(old)
-    assert record.failure_class == errors.HostNotQuiet.failure_class == "host-not-quiet"
-    assert record.to_json()["schema_version"] == 2 and record.to_json()["class"] == "host-not-quiet"
-    # Every rename leads to a class errors.py raises today, under the exit code it had.
-    classes = {c.failure_class: c.exit_code for c in errors.classes()}
-    assert set(failure.RENAMED_CLASSES.values()) <= set(classes) and classes["host-not-quiet"] == 18

@@ -204,13 +204,7 @@ def gpu_processes(gpu: str) -> list[dict]:
 
 def gpu_pids(gpu: str) -> list[int]:
     """Processes NVML sees computing on one GPU."""
-    lib = nvml()
-    if lib is None:
-        return []
-    try:
-        return [p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses(handle(lib, gpu))]
-    except Exception:
-        return []
+    return [p["pid"] for p in gpu_processes(gpu)]
 
 
 # NVML's clock-event (formerly "throttle") reason bits, nvmlClocksEventReason* in nvidia-ml-py's

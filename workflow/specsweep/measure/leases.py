@@ -234,16 +234,23 @@ def _ranges(ports: tuple[int, ...]) -> str:
     return f"{min(ports)}-{max(ports)}" if ports else "none"
 
 
-def _lock_port(folder: Path, lease: Lease, port: int) -> bool:
-    """Lock one port's file for the lease, without waiting; False if another job holds it."""
-    fd = os.open(folder / f"port-{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+def _try_lock(path: Path) -> int | None:
+    """The descriptor holding an exclusive flock on ``path``, without waiting; None if another job holds it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        return False
-    lease._fds.append(fd)
-    return True
+        return None
+    return fd
+
+
+def _lock_port(folder: Path, lease: Lease, port: int) -> bool:
+    """Lock one port's file for the lease, without waiting; False if another job holds it."""
+    fd = _try_lock(folder / f"port-{port}.lock")
+    if fd is not None:
+        lease._fds.append(fd)
+    return fd is not None
 
 
 def _reserve_port(folder: Path, lease: Lease, port: int | None) -> int:
@@ -277,11 +284,8 @@ def _try_take(folder: Path, candidates: list[str], want: int, names: dict[str, s
     """
     taken: dict[str, int] = {}
     for device in candidates:
-        fd = os.open(folder / f"{names[device]}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = _try_lock(folder / f"{names[device]}.lock")
+        if fd is None:
             continue
         taken[device] = fd
         if len(taken) == want and pick is None:
@@ -298,14 +302,10 @@ def _unlocked(folder: Path, devices: list[str], names: dict[str, str]) -> list[s
     """The devices no specsweep job holds a lock on at this moment (each tried and let go at once)."""
     out = []
     for device in devices:
-        fd = os.open(folder / f"{names[device]}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            out.append(device)
-        except BlockingIOError:
-            pass
-        finally:
+        fd = _try_lock(folder / f"{names[device]}.lock")
+        if fd is not None:
             os.close(fd)
+            out.append(device)
     return out
 
 

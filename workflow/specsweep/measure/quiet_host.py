@@ -382,7 +382,7 @@ class SectionWatch:
 def cgroup_psi(before: dict, after: dict, wall_s: float) -> dict:
     """The server's cgroup's CPU pressure over a section: {cgroup, some_share, trusted, why}; trusted
     only when the same cgroup held the server alone at both ends."""
-    same = before.get("cgroup") == after["cgroup"] is not None
+    same = after["cgroup"] is not None and before.get("cgroup") == after["cgroup"]
     share = (round((after["some_s"] - before["some_s"]) / wall_s, 4)
              if same and wall_s > 0 and None not in (before.get("some_s"), after["some_s"]) else None)
     trusted = bool(before.get("trusted") and after["trusted"] and share is not None)

@@ -36,7 +36,7 @@ class Handed:
         found = dict(named)
         for path in paths:
             doc = read(path)
-            found[next((k for k in KINDS if k in doc and k != "model"), "model")] = path
+            found["binary" if "binary" in doc else "prompts" if "prompts" in doc else "model"] = path
         return cls(**{k: found.get(k) for k in KINDS})
 
 

@@ -33,6 +33,9 @@ from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
 from specsweep.servers.backends import llama_server_build  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
+
+# The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it.
+pytest_plugins = ["gpu_box"]
 from specsweep.study.loading import validate_study  # noqa: E402
 
 PYTHON_BIN = str(Path(sys.executable).parent)
@@ -213,6 +216,19 @@ def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002,
             {"name": "long", "output_tokens": 8, "requests": 1},
         ]},
     })
+
+
+def load_study(model: Path, fault: str = "none", **objective) -> dict:
+    """The fault server's load model (fault_server.py --busy-above) with a goodput objective over one section."""
+    # Requests of 10 tokens at 20 ms a token: D is about 0.2 s, so with 2 in flight allowed before
+    # the 0.4 s wait the sustainable rate is about 2 / 0.2 = 10 requests/s.
+    study = fault_study(model, fault, token_delay=0.02)
+    study["server"]["command"] += ["--busy-above", "2", "--slow-ttft", "0.4"]
+    study["workload"]["sections"] = [{"name": "short", "output_tokens": 10, "requests": 12, "concurrency": 1,
+                                      "request_rate": None}]
+    study["workload"]["objective"] = {"section": "short", "ttft_p99_s": 0.2, "tpot_p99_s": None, "start_rate": 3.0,
+                                      "precision": 0.1, "max_steps": 8, "arrival": "constant", **objective}
+    return study
 
 
 def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:

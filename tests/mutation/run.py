@@ -61,6 +61,10 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/unit/measure/test_goodput.py",
     "tests/unit/analysis/test_load_levels.py", "tests/unit/measure/test_gpu_topology_and_clocks.py",
     "tests/unit/study/test_loading.py",
+    # The same checks' tests that start the CLI and the fault server (moved out of tests/unit).
+    "tests/workflow/test_workload_cli.py", "tests/workflow/test_prompts_cli.py",
+    "tests/workflow/test_quiet_host_cli.py", "tests/workflow/test_leases_cli.py",
+    "tests/workflow/test_goodput_cli.py", "tests/workflow/test_gpu_telemetry_cli.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

@@ -29,7 +29,8 @@ def _inner_pytest(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     """pytest on one hanging test, under this suite's conftest."""
     pidfile = tmp_path / "child.pid"
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    shutil.copytree(TESTS / "mutation", tmp_path / "mutation", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("mutation", "doubles"):  # what the conftest imports (doubles: its gpu_box plugin)
+        shutil.copytree(TESTS / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "test_hang.py").write_text(HANGING_TEST.format(pidfile=str(pidfile)))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                              str(tmp_path / "test_hang.py"), *args], cwd=tmp_path, stdout=subprocess.PIPE,

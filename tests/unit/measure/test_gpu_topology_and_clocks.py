@@ -5,55 +5,14 @@ whose GPU was slowed for heat fails as gpu-throttled while one at the power cap 
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import sys
-
 import pytest
 
-from conftest import DOUBLES, NAME, fault_study, load, run_cli
+from gpu_box import HW_THERMAL, IDLE, SW_POWER_CAP, box, h100
 from specsweep.errors import GpuThrottled
 from specsweep.measure import host_facts, leases, quiet_host
-from specsweep.records import store
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)
-HW_THERMAL, SW_POWER_CAP, IDLE = 0x40, 0x4, 0x1
-
-
-def h100(i: int, **given) -> dict:
-    return {"uuid": f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", "name": "NVIDIA H100 80GB HBM3",
-            "pci_bus_id": f"00000000:{0x18 + 0x20 * i:02X}:00.0", "memory_total": 80 << 30, "memory_used": 0,
-            "cc": [9, 0], "pids": [], "sm_clock_mhz": 1980, "temperature_c": 41, "power_mw": 118_000, "reasons": 0,
-            **given}
-
-
-def box(**gpu0) -> dict:
-    """Four GPUs: NVLink joins 0-3 and 1-2; 0-1 and 2-3 share a PCIe switch tree (PXB); others cross the CPUs."""
-    return {"gpus": [h100(0, **gpu0), h100(1), h100(2), h100(3)], "nvlink": [[0, 3], [1, 2]],
-            "ancestor": {"0,1": 20, "2,3": 20}}
-
-
-@pytest.fixture
-def nvml(tmp_path, monkeypatch):
-    """Write the table; this process and every process it starts see it as NVML."""
-    table = tmp_path / "nvml.json"
-
-    def write(doc: dict) -> None:
-        table.write_text(json.dumps(doc))
-
-    write(box())
-    monkeypatch.setenv("FAKE_NVML", str(table))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(DOUBLES / "nvml"), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    spec = importlib.util.spec_from_file_location("pynvml", DOUBLES / "nvml" / "pynvml.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    return write
 
 
 def test_links_are_named_as_nvidia_smi_topo_names_them(nvml):
@@ -153,28 +112,6 @@ def test_a_sampler_without_nvml_reads_nothing_and_starts_no_thread(monkeypatch):
     assert sampler._thread is None and sampler.stop() == []
 
 
-def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_path, model):
-    nvml(box(reasons=SW_POWER_CAP, power_mw=700_000))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
-    assert rc == 0, err
-    doc = load(tmp_path / "runs" / f"{NAME}.json")
-    assert doc["hardware"]["gpus"][0]["uuid"] == h100(0)["uuid"] and doc["hardware"]["gpu_link"] is None
-    for section in doc["sections"]:
-        [gpu] = section["quiet_host"]["gpu_telemetry"]
-        assert gpu["gpu"] == "0" and gpu["samples"] >= 2 and gpu["power_capped_share"] == 1.0
-        assert gpu["slowed_share"] == 0.0 and gpu["power_w"]["max"] == 700.0 and gpu["reasons"] == ["sw_power_cap"]
-
-
-def test_through_the_cli_a_hot_gpu_fails_the_configuration_as_gpu_throttled(nvml, tmp_path, model):
-    nvml(box(reasons=HW_THERMAL, sm_clock_mhz=1100, temperature_c=91))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
-    assert rc == 28, err
-    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
-    record = store.latest_failure(tmp_path / "failures", NAME)
-    assert record.failure_class == "gpu-throttled" and record.section == "short" and record.transient
-    assert "GPU 0 ran slowed (hw_thermal) in 100% of" in record.reason and "up to 91 C" in record.reason
-
-
 def test_doctor_names_the_group_and_link_a_job_of_the_largest_tp_would_get(nvml):
     from specsweep.measure import doctor
 
@@ -184,17 +121,3 @@ def test_doctor_names_the_group_and_link_a_job_of_the_largest_tp_would_get(nvml)
     assert not doctor.gpu_check(4).ok  # three free GPUs for tp 4
 
 
-def test_the_configuration_page_shows_each_gpus_readings_per_section(nvml, tmp_path, model):
-    from specsweep.analysis import report
-    from specsweep.records.result import Result
-
-    nvml(box(reasons=SW_POWER_CAP, temperature_c=77))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
-    assert rc == 0, err
-    page = report._gpu_readings(Result.from_json(load(tmp_path / "runs" / f"{NAME}.json")))
-    assert "GPUs per section (NVML, every 0.2 s)" in page and page.count("<td>sw_power_cap</td>") == 3
-    assert "<td>77</td>" in page and "<td>100%</td>" in page
-    cpu = load(tmp_path / "runs" / f"{NAME}.json")
-    for section in cpu["sections"]:
-        section["quiet_host"]["gpu_telemetry"] = []  # what a CPU host or simulated GPUs record
-    assert report._gpu_readings(Result.from_json(cpu)) == ""

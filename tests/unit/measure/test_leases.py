@@ -1,12 +1,11 @@
 """Device and port leases: disjoint GPUs that wait for a release, a crashed holder's devices
 free again, GPUs by NVML (faked at its boundary) handed out free first and given back before the
-next job, the inherited pool, the hardware a job held, and ports (derived ones too) reserved."""
+next job, the hardware a job held, and ports (derived ones too) reserved. The inherited pool
+through the real CLI: tests/workflow/test_leases_cli.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -18,7 +17,6 @@ import types
 import psutil
 import pytest
 
-from conftest import NAME, fault_study, run_cli
 from specsweep.errors import ConfigError, DeviceBusy, PortConflict
 from specsweep.measure import host_facts, leases
 
@@ -203,22 +201,6 @@ def test_a_job_takes_a_free_gpu_at_once_rather_than_the_lowest_one_another_user_
     assert pair.gpus == ("2", "3")  # the free ones, not the busy GPU 0
     lease.release()
     pair.release()
-
-
-def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, model):
-    """A scheduler (or a colleague) allotted GPUs 2 and 3: jobs use those and the server sees only them."""
-    monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert leases.host_gpus() == ["2", "3"]
-    with pytest.raises(ConfigError, match=r"tp 4 needs 4 GPUs, this host has 2 \(2,3\)"):
-        leases.acquire(4, holder="x", announce=print, gpu=True)
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
-    assert rc == 0, err
-    log = (tmp_path / "server.log").read_text()
-    assert re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log) == ["2"], log
-    doc = json.loads((tmp_path / "runs" / f"{NAME}.json").read_text())
-    assert doc["lease"]["devices"] == ["2"] and doc["server"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_hardware_facts_name_the_gpus_a_job_held(monkeypatch):

@@ -1,10 +1,9 @@
 """The quiet-host guard: what the others took from the server (their CPU, the server's run-queue
-wait), what is never counted as foreign, the repeats' spread, foreign processes on our GPUs, the
-retry's pause and the figures every result keeps."""
+wait), the repeats' spread and foreign processes on our GPUs. What is never foreign, the retry's
+pause and the figures every result keeps, through the real CLI: tests/workflow/test_quiet_host_cli.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,14 +13,11 @@ import types
 import psutil
 import pytest
 
-from conftest import NAME, fault_study, run_cli
 from specsweep.errors import HostNotQuiet
 from specsweep.measure import quiet_host
-from specsweep.records import store
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)
-
 
 
 # --- the quiet-host guard -----------------------------------------------------------------------
@@ -109,21 +105,6 @@ def test_the_servers_waiting_is_read_from_the_kernels_per_thread_schedstat():
     assert quiet_host.waited_s(None, before) is None
 
 
-def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
-    # A job queued for devices is `python -m specsweep run ...`; this one only looks like one.
-    queued = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "specsweep", "run"])
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "specsweep"])
-    try:
-        time.sleep(0.3)
-        found = quiet_host.ours(os.getpid())
-        assert os.getppid() in found  # what started this process (Snakemake, for a job)
-        assert queued.pid in found and stranger.pid not in found
-    finally:
-        for proc in (queued, stranger):
-            proc.kill()
-            proc.wait()
-
-
 def test_quiet_host_catches_closed_loop_repeats_that_disagree():
     with pytest.raises(HostNotQuiet, match="spread of 86%"):
         quiet_host.check("section long", _load(0.0), SETTINGS, [100.0, 40.0], closed_loop=True)
@@ -151,30 +132,6 @@ def test_quiet_host_fails_on_another_visible_process_on_our_gpus(monkeypatch):
     finally:
         stranger.kill()
         stranger.wait()
-
-
-def test_a_retry_after_a_host_not_quiet_failure_waits_before_it_launches(tmp_path, model):
-    folder = tmp_path / "failures" / NAME
-    folder.mkdir(parents=True)
-    # A record written before the class was renamed (failure schema 1): read as host-not-quiet.
-    old = {"class": "noisy-host", "transient": True}
-    (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps(old))
-    t0 = time.monotonic()
-    pause = json.dumps({"retry_pause_s": 1.5})
-    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--quiet-host", pause)
-    assert rc == 0, err
-    assert "found the host busy: waiting 1.5 s" in err and time.monotonic() - t0 >= 1.5
-
-
-def test_result_records_the_quiet_host_figures(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01))
-    assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
-    assert doc["lease"]["devices"] == ["host"] and doc["quiet_host"]["max_foreign_cores"] == 0.25
-    for section in doc["sections"]:
-        load = section["quiet_host"]
-        assert load["cores"] is not None and load["cores"] <= 0.25 and load["max_cores"] == 0.25
-        assert section["started_at"] < section["finished_at"]
 
 
 # --- a simulated 64-core shared host --------------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import ledger, partial_reports
+from specsweep.analysis import ledger
 from specsweep.measure import provenance
 from specsweep.records import paths, store
 from specsweep.study import grid, offline, prompt_sets
@@ -241,6 +241,8 @@ def copy_results_to_history():
 
 def report_failed_run():
     """After a failed run: the partial summary and the failure table (analysis/partial_reports.py)."""
+    from specsweep.analysis import partial_reports
+
     print(
         partial_reports.report_failed_run(config, get_plot_title(None)), file=sys.stderr
     )
@@ -248,6 +250,8 @@ def report_failed_run():
 
 def clean_partial_reports():
     """Once nothing is missing, the partial reports go (analysis/partial_reports.py)."""
+    from specsweep.analysis import partial_reports
+
     partial_reports.clean(config)
 
 

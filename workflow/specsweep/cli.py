@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 
 from specsweep import errors
-from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import (
     ConfigError,
     HostNotReady,
@@ -269,6 +268,8 @@ def args_aggregate(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_aggregate(args) -> int:
+    from specsweep.analysis import aggregate, ledger, partial_reports
+
     study = _study(args)
     frame = aggregate.summarize(study, args.runs, args.failures)
     if args.quarantine is not None:
@@ -470,6 +471,8 @@ def args_grid(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_grid(args) -> int:
+    from specsweep.analysis import ledger
+
     study = _study(args)
     try:  # a listing, as a dry run: say what a real run would refuse, and list
         loading.check_local_paths(study)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from specsweep.errors import ConfigError, ResultRefused
 from specsweep.records import paths
@@ -24,6 +23,9 @@ from specsweep.records.store import (
 )
 from specsweep.spec import RunSpec
 from specsweep.study.grid import expand_grid, matching_exclusions
+
+if TYPE_CHECKING:  # the planning Snakefile and `specsweep run` import this module: no pandas for them
+    import pandas as pd
 
 
 def exclusion_reason(config: dict, spec: RunSpec) -> str | None:

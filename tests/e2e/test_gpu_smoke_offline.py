@@ -1,7 +1,10 @@
 """The GPU smoke check on the GPU machine's terms, on this machine's CPU (issue 33): the docs'
 device command word for word with --cpu added, from a fresh clone with the carry gpu_carry.sh made
 there, in a network namespace with loopback only, under a Python that holds only what the GPU
-image holds (no specsweep, no Snakemake), with an empty home and cache. And the same command
+image holds (no specsweep, no Snakemake), with an empty home and a cache holding only what was
+carried and the CPU llama-server this run already built (shared_build: the same source files and
+flags, so the same cache key; the build from the cut is proven by every embedded build, see
+tests/unit/servers/test_llama_source.py). And the same command
 failing, stage named, where the study would reach for the network, where a part of the package is
 missing from the checkout, and where a stage overruns its limit."""
 
@@ -32,22 +35,38 @@ def device_command() -> str:
     return command
 
 
+def shared_build(embedded: dict, work: Path) -> dict:
+    """The work folder as the device command's first stage leaves it (the carried cache copied in),
+    plus this run's CPU llama-server in that cache, its manifest naming the copy: a second CPU build
+    of the same source with the same flags would cost the suite 7-11 minutes and prove nothing new."""
+    shutil.copytree(work.parent / ".gpu" / "cache", work / "cache")
+    folder = Path(embedded["binary"]).parents[1]
+    copy = work / "cache" / "llama-server" / folder.name
+    shutil.copytree(folder, copy)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["binary"] = str(copy / "bin" / Path(embedded["binary"]).name)
+    (copy / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory) -> dict:
-    """A fresh clone with its carry, and a Python standing in for the GPU image's."""
+def machine(tmp_path_factory, embedded) -> dict:
+    """A fresh clone with its carry, this run's CPU server in its work cache, and a Python standing
+    in for the GPU image's."""
     root = tmp_path_factory.mktemp("gpu-machine")
     clone = copy_checkout(root / "clone")
     made = subprocess.run(["bash", "benchmarks/gpu_carry.sh", "--python-version", PYTHON_VERSION], cwd=clone,
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     carry = json.loads((clone / ".gpu" / "carry.json").read_text())
+    server = shared_build(embedded, clone / ".gpu-work")
     image = root / "image"
     subprocess.run([sys.executable, "-m", "venv", str(image)], check=True, timeout=300)
     # What the image gives of specsweep's needs (gpu_carry.sh's from_image), and NVML's binding.
     installed = subprocess.run([str(image / "bin" / "python3"), "-m", "pip", "install", "-q", *carry["from_image"],
                                 "nvidia-ml-py"], capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]
-    return {"root": root, "clone": clone, "carry": carry, "image": image}
+    return {"root": root, "clone": clone, "carry": carry, "image": image, "server": server}
 
 
 def run_device(machine: dict, out: Path, *extra: str, where: Path | None = None) -> tuple[int, dict, str]:
@@ -85,7 +104,7 @@ def test_the_carry_fits_and_leaves_nothing_to_the_index(machine):
         assert subprocess.run([python, "-c", f"import {missing}"], cwd="/", capture_output=True).returncode != 0
 
 
-def test_the_device_command_holds_offline_uninstalled_and_cold(smoke):
+def test_the_device_command_holds_offline_uninstalled_and_cold(machine, smoke):
     report = smoke["report"]
     assert smoke["code"] == 0 and report["held"], smoke["tail"]
     assert stages(report) == dict.fromkeys(["install", "import", "offline", "build", "model", "pipeline"], "ok")
@@ -96,8 +115,11 @@ def test_the_device_command_holds_offline_uninstalled_and_cold(smoke):
     gpu_only = [c for c in report["checks"] if "GPU" in c["check"] or "CUDA" in c["check"] or "telemetry" in c["check"]]
     assert len(gpu_only) == 5 and all(c["held"] is None and c["detail"] == "not applicable: --cpu" for c in gpu_only)
     assert "-DGGML_CUDA=ON" not in report["build"]["cmake_flags"]
+    # The build stage took this run's server from the cache: the same binary, not a second build.
+    assert report["build"]["built_at"] == machine["server"]["built_at"]
+    assert report["binary"] == machine["server"]["binary"]
     assert report["verdicts"][0].startswith("tp,context,section,load,best_budget,verdict")
-    for log in ("install.log", "build-cmake.log", "pipeline.log", "gpu_smoke.json"):  # what comes back from $OUT
+    for log in ("install.log", "pipeline.log", "gpu_smoke.json"):  # what comes back from $OUT
         assert (smoke["out"] / log).is_file()
     assert list((smoke["out"] / "study-logs" / "server").glob("*/launch1.log"))
 

@@ -15,6 +15,7 @@ from specsweep.errors import ProvisionError
 from specsweep.servers.backends import llama_server_build
 
 FILES = {"vendor/llama.cpp/CMakeLists.txt": "project(llama)", "vendor/llama.cpp/ggml/src/ggml.c": "int x;",
+         "vendor/llama.cpp/tools/server/server.cpp": "int main;",
          "vendor/llama.cpp/gguf-py/gguf/__init__.py": "", "vendor/llama.cpp/models/ggml-vocab.gguf": "x" * 5000,
          "vendor/llama.cpp/docs/build.md": "docs", "vendor/llama.cpp/tests/test.cpp": "t", "pyproject.toml": "[x]"}
 
@@ -38,12 +39,26 @@ def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     with tarfile.open(out) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
     assert names == {"vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
-                     "vendor/llama.cpp/gguf-py/gguf/__init__.py"}
+                     "vendor/llama.cpp/tools/server/server.cpp", "vendor/llama.cpp/gguf-py/gguf/__init__.py"}
     assert manifest == json.loads(Path(f"{out}.json").read_text())
     assert manifest["sdist_sha256"] == pin
     assert manifest["archive_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert llama_server_build.local_source(out, "0.0.1", pin) == out
     assert llama_server_build.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
+
+
+def test_the_build_here_unpacks_from_the_whole_sdist_exactly_what_the_cut_holds(tmp_path):
+    # So every embedded build proves the cut is enough, and the offline GPU rehearsal may share it.
+    sdist, pin = fake_sdist(tmp_path)
+    out = tmp_path / "llama-source.tar.xz"
+    llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
+
+    def unpacked(source: Path, into: str) -> set[str]:
+        tree = llama_server_build._source_tree(source, tmp_path / into)
+        return {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file()}
+
+    whole, cut = unpacked(sdist, "from-sdist"), unpacked(out, "from-cut")
+    assert whole == cut == {"CMakeLists.txt", "ggml/src/ggml.c", "tools/server/server.cpp", "gguf-py/gguf/__init__.py"}
 
 
 def test_a_source_not_cut_from_the_pin_or_changed_since_is_refused(tmp_path):

@@ -221,6 +221,14 @@ def server_artifact(version: str, sha256: str, flags: tuple[str, ...] = CMAKE_FL
 SOURCE_LEFT_OUT = ("models", "docs", "benches", "media", "tests", ".git", ".github", ".devops")
 
 
+def _in_cut(name: str) -> bool:
+    """Whether an sdist member is part of the build's source: llama.cpp less SOURCE_LEFT_OUT. The
+    embedded build unpacks the same members from the whole sdist, so every build here proves the
+    cut the GPU machine builds from is enough."""
+    parts = name.split("/")
+    return parts[1:3] == ["vendor", "llama.cpp"] and (len(parts) < 4 or parts[3] not in SOURCE_LEFT_OUT)
+
+
 def source_cut(version: str, sha256: str, out: Path, *, sdist: Path | None = None) -> dict:
     """Cut the build's source from the pinned sdist (downloaded, or a local copy checked against
     the pin) into ``out`` (.tar.xz), with ``out``.json naming both hashes; return that manifest."""
@@ -232,9 +240,7 @@ def source_cut(version: str, sha256: str, out: Path, *, sdist: Path | None = Non
         out.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(sdist) as src, tarfile.open(out, "w:xz", preset=6) as dst:
             for member in src.getmembers():
-                parts = member.name.split("/")
-                inside = parts[1:3] == ["vendor", "llama.cpp"]
-                if inside and (len(parts) < 4 or parts[3] not in SOURCE_LEFT_OUT):
+                if _in_cut(member.name):
                     dst.addfile(member, src.extractfile(member) if member.isfile() else None)
     manifest = {"archive": out.name, "archive_sha256": sha256_file(out), "bytes": out.stat().st_size,
                 "cut_from": f"llama-cpp-python=={version}", "sdist_sha256": sha256,
@@ -282,10 +288,10 @@ def provision_tiny_gguf(source: Path, out: Path, *, python: str = sys.executable
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
-    """Unpack only vendor/llama.cpp from the sdist (or a source archive cut from it)."""
+    """Unpack only the cut's part of vendor/llama.cpp from the sdist (or a source archive cut from it)."""
     progress(f"unpacking llama.cpp from {sdist.name}")
     with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name and _in_cut(m.name)]
         if not members:
             raise ProvisionError(f"{sdist.name} holds no vendor/llama.cpp source tree")
         tar.extractall(dest, members=members, filter="data")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import shutil
@@ -33,10 +34,10 @@ from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
 from specsweep.servers.backends import llama_server_build  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
+from specsweep.study.loading import validate_study  # noqa: E402
 
 # The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it.
 pytest_plugins = ["gpu_box"]
-from specsweep.study.loading import validate_study  # noqa: E402
 
 PYTHON_BIN = str(Path(sys.executable).parent)
 
@@ -151,6 +152,14 @@ def embedded() -> dict:
     return {"binary": binary, "model": model}
 
 
+def benchmark_module(name: str):
+    """A script of benchmarks/ loaded as a module (they are scripts, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def copy_checkout(dest: Path) -> Path:
     """The checkout's own files (tracked and untracked, not ignored: no results, logs or venv) in dest."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
@@ -218,7 +227,7 @@ def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002,
     })
 
 
-def load_study(model: Path, fault: str = "none", **objective) -> dict:
+def goodput_study(model: Path, fault: str = "none", **objective) -> dict:
     """The fault server's load model (fault_server.py --busy-above) with a goodput objective over one section."""
     # Requests of 10 tokens at 20 ms a token: D is about 0.2 s, so with 2 in flight allowed before
     # the 0.4 s wait the sustainable rate is about 2 / 0.2 = 10 requests/s.

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, copy_checkout
+from conftest import REPO, benchmark_module, copy_checkout
 
 pytestmark = pytest.mark.e2e
 CARRY_LIMIT = 64 << 20  # what travels with the working tree to the GPU machine
@@ -36,10 +36,10 @@ def device_command() -> str:
 
 
 def shared_build(embedded: dict, work: Path) -> dict:
-    """The work folder as the device command's first stage leaves it (the carried cache copied in),
-    plus this run's CPU llama-server in that cache, its manifest naming the copy: a second CPU build
-    of the same source with the same flags would cost the suite 7-11 minutes and prove nothing new."""
-    shutil.copytree(work.parent / ".gpu" / "cache", work / "cache")
+    """The work folder as the device command makes it (gpu_smoke.prepare: the carried cache copied
+    in), plus this run's CPU llama-server in that cache, its manifest naming the copy: a second CPU
+    build of the same source with the same flags would cost the suite 7-11 minutes and prove nothing new."""
+    benchmark_module("gpu_smoke").prepare(work.parent / ".gpu", work)
     folder = Path(embedded["binary"]).parents[1]
     copy = work / "cache" / "llama-server" / folder.name
     shutil.copytree(folder, copy)

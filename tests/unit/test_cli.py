@@ -3,8 +3,6 @@ Through the real CLI: tests/workflow/test_cli_edge.py."""
 
 from __future__ import annotations
 
-# --- manifests and internal errors: never a traceback -----------------------------------------
-
 
 def test_run_takes_the_quiet_host_settings_under_their_name_and_the_old_guard_spelling():
     from specsweep import cli

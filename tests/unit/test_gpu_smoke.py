@@ -3,7 +3,6 @@ stages fit one device call, and a check that found nothing to check fails instea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -11,11 +10,9 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import benchmark_module
 
-spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "benchmarks" / "gpu_smoke.py")
-gpu_smoke = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_smoke)
+gpu_smoke = benchmark_module("gpu_smoke")
 
 
 def test_the_stages_fit_one_device_call():

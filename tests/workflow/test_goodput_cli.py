@@ -8,14 +8,14 @@ import statistics
 
 import pytest
 
-from conftest import NAME, load, load_study, run_cli
+from conftest import NAME, goodput_study, load, run_cli
 from factories import as_version_4
 from specsweep.records import store
 from specsweep.records.result import Result
 
 
 def test_the_search_finds_the_stand_ins_sustainable_rate_on_one_launch(tmp_path, model):
-    rc, err = run_cli(tmp_path, load_study(model))
+    rc, err = run_cli(tmp_path, goodput_study(model))
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     result = Result.from_json(doc)  # the search's own checks hold
@@ -45,7 +45,7 @@ def test_the_search_finds_the_stand_ins_sustainable_rate_on_one_launch(tmp_path,
 
 
 def test_a_result_whose_search_verdicts_were_edited_is_refused(tmp_path, model):
-    rc, err = run_cli(tmp_path, load_study(model, max_steps=3))
+    rc, err = run_cli(tmp_path, goodput_study(model, max_steps=3))
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     step = doc["search"]["steps"][0]
@@ -56,7 +56,7 @@ def test_a_result_whose_search_verdicts_were_edited_is_refused(tmp_path, model):
 
 def test_a_server_that_dies_mid_search_fails_the_configuration(tmp_path, model):
     # Warmup 1, the section 2-13, the search's first step 14-25: request 18 kills the server.
-    rc, err = run_cli(tmp_path, load_study(model, "die-at-request:18"))
+    rc, err = run_cli(tmp_path, goodput_study(model, "die-at-request:18"))
     assert rc == 12, err
     assert not (tmp_path / "runs" / f"{NAME}.json").exists()
     record = store.latest_failure(tmp_path / "failures", NAME)
@@ -64,7 +64,7 @@ def test_a_server_that_dies_mid_search_fails_the_configuration(tmp_path, model):
 
 
 def test_a_search_that_met_nothing_gives_a_row_without_figures_not_zero(tmp_path, model):
-    rc, err = run_cli(tmp_path, load_study(model, ttft_p99_s=1e-6, max_steps=2))  # no TTFT is a microsecond
+    rc, err = run_cli(tmp_path, goodput_study(model, ttft_p99_s=1e-6, max_steps=2))  # no TTFT is a microsecond
     assert rc == 0, err
     result = Result.from_json(load(tmp_path / "runs" / f"{NAME}.json"))
     assert result.best_search_step() is None and not any(s["meets"] for s in result.search["steps"])
@@ -75,7 +75,7 @@ def test_a_search_that_met_nothing_gives_a_row_without_figures_not_zero(tmp_path
 
 def test_a_check_that_fails_in_a_search_step_names_the_step_not_the_section(tmp_path, model):
     # Request 18 is in the search's first step (see above); the server counts one token too many.
-    rc, err = run_cli(tmp_path, load_study(model, "miscount-at-request:18"))
+    rc, err = run_cli(tmp_path, goodput_study(model, "miscount-at-request:18"))
     assert rc == 14, err
     record = store.latest_failure(tmp_path / "failures", NAME)
     assert record.failure_class == "invalid-response" and record.section == "search step 1"
@@ -83,7 +83,7 @@ def test_a_check_that_fails_in_a_search_step_names_the_step_not_the_section(tmp_
 
 
 def test_a_search_the_spec_did_not_ask_for_is_refused(tmp_path, model):
-    rc, err = run_cli(tmp_path, load_study(model, max_steps=2))
+    rc, err = run_cli(tmp_path, goodput_study(model, max_steps=2))
     assert rc == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
     doc["spec"]["objective"] = None

@@ -8,7 +8,7 @@ import math
 import pytest
 import yaml
 
-from conftest import fault_study, load_study
+from conftest import fault_study, goodput_study
 from specsweep.measure.goodput import Search
 from specsweep.spec import Objective
 from specsweep.study import loading
@@ -70,7 +70,7 @@ def test_an_objective_travels_with_the_spec_and_a_study_without_one_keeps_its_pa
     from specsweep.spec import RunSpec
     from specsweep.study.grid import expand_grid
 
-    spec = expand_grid(load_study(model))[0]
+    spec = expand_grid(goodput_study(model))[0]
     assert RunSpec.from_dict(__import__("json").loads(spec.to_json())) == spec
     assert spec.prompts_needed == 1 + 12 + 8 * 12  # warmup, the section, every step the search may take
     plain = expand_grid(fault_study(model))[0]

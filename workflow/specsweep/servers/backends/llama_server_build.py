@@ -291,7 +291,7 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     """Unpack only the cut's part of vendor/llama.cpp from the sdist (or a source archive cut from it)."""
     progress(f"unpacking llama.cpp from {sdist.name}")
     with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name and _in_cut(m.name)]
+        members = [m for m in tar.getmembers() if _in_cut(m.name)]
         if not members:
             raise ProvisionError(f"{sdist.name} holds no vendor/llama.cpp source tree")
         tar.extractall(dest, members=members, filter="data")

@@ -48,6 +48,7 @@ localrules:
     provision_vllm,
     provision_tiny_model,
     provision_prompts,
+    set_aside,
     summary_table,
     summary_plot,
     compare,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp
     out, second = measured(tmp_path, doc)
     assert second[B0] == first[B0]  # the valid one is untouched
     assert second[B2][0] != first[B2][0] and json.loads(second[B2][0])["name"] == B2  # measured again
-    assert f"{B2}/launch1.json: unreadable" in out and "removed, so that this run measures them again" in out
+    assert f"{B2}/launch1.json: unreadable" in out and "set aside in results/invalid/ and measured again" in out
     assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [B2]  # kept, moved aside
     assert figure.stat().st_mtime_ns > before
     summary = pd.read_csv(tmp_path / "results/summary.csv")
@@ -105,7 +106,8 @@ def test_damage_in_place_cannot_reach_the_history_copy(tmp_path):
 def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusions_alone(tmp_path, monkeypatch):
     """A finished study plans without reading its results (fast at 10,000 configurations); an
     excluded configuration without a result does not make the summary stale; a missing and a
-    damaged result both do, and both are named."""
+    damaged result both do, both are named, and planning them writes nothing: the set-aside
+    (the run's job) moves the damaged one aside and records what it did."""
     from factories import result_doc
     from specsweep import study
     from specsweep.analysis import ledger
@@ -126,15 +128,73 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
         raise AssertionError(f"{path} was read although the summary is newer")
 
     monkeypatch.setattr(ledger, "read_result", unread)
-    assert ledger.refuse_stale(cfg, tmp_path) == []
-    assert (tmp_path / "results/summary.png").exists() and (tmp_path / "results/summary.csv").exists()
+    assert not ledger.plan_set_aside(cfg, tmp_path)
 
     monkeypatch.undo()
     (runs / f"{b2.name}.json").unlink()  # removed by hand
     (runs / f"{b4.name}.json").write_text("{")  # damaged after the summary
     os.utime(runs / f"{b4.name}.json", (future + 5, future + 5))
-    lines = ledger.refuse_stale(cfg, tmp_path)
+    before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    plan = ledger.plan_set_aside(cfg, tmp_path)
+    assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before  # planning only read
+    assert [(r.name, r.launch) for r in plan.refused] == [(b4.name, 1)] and plan.missing == (b2.name,)
+    lines = plan.lines()
     assert len(lines) == 2 and f"{b4.name}.json: " in lines[0] and "unreadable" in lines[0], lines
-    assert f"({b2.name}, {b4.name}): removed, so that this run measures them again" in lines[1], lines
-    assert not (tmp_path / "results/summary.png").exists() and not (tmp_path / "results/summary.csv").exists()
+    assert f"({b2.name}): measured again, then the summary is made anew" in lines[1], lines
+    assert ledger.plan_set_aside(cfg, tmp_path).digest() == plan.digest()  # the same state, the same marker
+
+    marker = tmp_path / "results/set-aside" / f"{plan.digest()}.json"
+    done = ledger.set_aside(cfg, plan, marker, tmp_path)
+    assert len(done) == 2 and "moved to" in done[0], done
     assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [b4.name]
+    assert ledger.recorded_set_asides(tmp_path) == {"results/set-aside/" + marker.name: plan}
+    assert (tmp_path / "results/summary.png").exists()  # nothing deleted: Snakemake makes it anew
+
+
+def folder_state(workdir: Path) -> dict[str, tuple[str, int]]:
+    """Every file of a study folder with its hash and mtime; not Snakemake's own .snakemake/ (a dry
+    run keeps its file-listing cache there) nor the study file this test writes before each call."""
+    return {str(p.relative_to(workdir)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(workdir.rglob("*")) if p.is_file()
+            and p.parts[len(workdir.parts)] != ".snakemake" and p.name != "study.yaml"}
+
+
+def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp_path):
+    """Issue 39.1: -n, --report, --lint, --dag and --summary of a study holding a damaged result,
+    another study's result and a grid with a new budget leave every file as it was; the dry run
+    names what the run will set aside and plans it; the run then measures exactly those again,
+    and the run after it finds nothing to do."""
+    B4, B6 = "tp1-b4-ctx16", "tp1-b6-ctx16"
+    doc = study(tmp_path / "study")
+    doc["grid"]["budget"] = [0, 2, 4]
+    workdir = tmp_path / "study"
+    _, first = measured(workdir, doc)
+    (workdir / "results/runs" / B2 / "launch1.json").write_text("{")  # damaged
+    foreign = json.loads(first[B4][0])
+    foreign["spec"]["study"] = "other"
+    (workdir / "results/runs" / B4 / "launch1.json").write_text(json.dumps(foreign))  # another study's
+    doc["grid"]["budget"] = [0, 2, 4, 6]  # a new budget
+
+    before = folder_state(workdir)
+    outputs = {}
+    modes = (["-n"], ["--report", str(tmp_path / "report.html")], ["--lint", "text"], ["--dag", "dot"], ["--summary"])
+    for mode in modes:
+        rc, outputs[mode[0]] = finish(run_workflow(workdir, doc, extra=tuple(mode)), timeout=300)
+        # --lint exits 1 while it lists findings, the answered ones included (workflow/rules/common.smk)
+        assert rc == 0 or (mode[0] == "--lint" and "Lints for rule" in outputs[mode[0]]), outputs[mode[0]][-3000:]
+        assert folder_state(workdir) == before, f"snakemake {mode[0]} changed the study folder"
+    plan = outputs["-n"]
+    assert f"results/runs/{B2}/launch1.json: unreadable" in plan
+    assert f"results/runs/{B4}/launch1.json: measured for study 'other'" in plan
+    jobs = dict(re.findall(r"^(set_aside|run_configuration|summary_table)\s+(\d+)$", plan, re.M))
+    assert jobs == {"set_aside": "1", "run_configuration": "3", "summary_table": "1"}, plan[-3000:]
+
+    _, second = measured(workdir, doc)
+    assert second[B0] == first[B0]  # untouched
+    assert {name for name in second if second[name] != first.get(name)} == {B2, B4, B6}
+    assert all(json.loads(second[name][0])["spec"]["study"] == "rerun" for name in second)
+    assert sorted(p.name.split("-20")[0] for p in (workdir / "results/invalid").iterdir()) == [B2, B4]
+    assert len(list((workdir / "results/set-aside").glob("*.json"))) == 1
+
+    rc, again = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
+    assert rc == 0 and "Nothing to be done" in again, again[-3000:]

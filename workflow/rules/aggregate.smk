@@ -1,6 +1,7 @@
 rule summary_table:
     input:
-        get_run_results,
+        results=get_run_results,
+        set_aside=get_set_asides,
     output:
         csv=str(paths.SUMMARY_CSV),
         best=str(paths.BEST_CSV),

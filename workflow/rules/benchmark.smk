@@ -1,6 +1,22 @@
+# Planning found results that cannot stand (analysis/ledger.py SetAside): moved aside here, in
+# the run, before Snakemake removes the old output of the launch that measures them again.
+rule set_aside:
+    output:
+        paths.SET_ASIDE_MARKER,
+    log:
+        paths.SET_ASIDE_LOG,
+    params:
+        study=get_study_json,
+        plan=get_set_aside_plan,
+    shell:
+        "{PYTHON} -m specsweep set-aside --config-json {params.study:q} "
+        "--plan {params.plan:q} --out {output} 2> {log}"
+
+
 rule run_configuration:
     input:
-        unpack(get_provisioned),
+        manifests=get_provisioned,
+        set_aside=get_set_aside,
     output:
         paths.RUN_RESULT,
     log:
@@ -21,7 +37,7 @@ rule run_configuration:
     # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:
         "# server: {params.launch}\n"
-        "{PYTHON} -m specsweep run --spec {params.spec:q} --manifests {input} "
+        "{PYTHON} -m specsweep run --spec {params.spec:q} --manifests {input.manifests} "
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
         "--quiet-host {QUIET_HOST:q} 2> {log}"

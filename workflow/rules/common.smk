@@ -72,17 +72,26 @@ wildcard_constraints:
     launch=r"[1-9]\d*",
     round=r"[1-9]\d*",
     prompt_set="|".join(prompt_sets.SETS),
+    digest=r"[0-9a-f]{12}",
 
 
 # The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
 SPECS = {spec.name: spec for spec in study.expand_grid(config)}
 
-# Before the plan: a result damaged or replaced since the summary was made is moved aside, and a
-# summary figure it no longer backs is removed, so that this very run measures it again. Only
-# where the whole study is planned: a cluster job parses this file again on its node.
-if workflow.is_main_process:
-    for line in ledger.refuse_stale(config):
+# Planning only reads. Results that cannot stand, and launches missing under a standing summary,
+# are found here and set aside by the run's first job (rule set_aside), so `snakemake -n` shows
+# what the run will measure again and changes nothing. A cluster job parses this file again on
+# its node after that job ran: the recorded markers alone tell it its inputs.
+SET_ASIDE = ledger.recorded_set_asides()
+PLAN = ledger.plan_set_aside(config) if workflow.is_main_process else ledger.SetAside()
+if PLAN:
+    SET_ASIDE[str(paths.set_aside_marker(PLAN.digest()))] = PLAN
+    for line in PLAN.lines():
         print(f"specsweep: {line}", file=sys.stderr)
+SET_ASIDE_FOR = {}
+for marker, plan in SET_ASIDE.items():
+    for launch in plan.launches():
+        SET_ASIDE_FOR.setdefault(launch, []).append(marker)
 PROVISIONED = study.provisioned(config)
 # Launches every configuration gets, and the most racing may give one (verdict.until_decided).
 LAUNCHES = ledger.launches_planned(config)
@@ -139,7 +148,25 @@ def get_launch_priority(wildcards):
 
 def get_provisioned(wildcards):
     """Manifests of what the study asks the pipeline to provision ("embedded"); none otherwise."""
-    return PROVISIONED
+    return list(PROVISIONED.values())
+
+
+def get_set_aside(wildcards):
+    """The set-aside markers of this launch (ledger.SetAside): its old result moved aside first."""
+    return SET_ASIDE_FOR.get((wildcards.name, int(wildcards.launch)), [])
+
+
+def get_set_asides(wildcards):
+    """Every set-aside marker: the summary is made anew after each."""
+    return list(SET_ASIDE)
+
+
+def get_set_aside_plan(wildcards):
+    """What the set-aside job moves: the plan this parse found (a marker not planned is an error)."""
+    marker = str(paths.set_aside_marker(wildcards.digest))
+    if marker not in SET_ASIDE:
+        raise ValueError(f"{marker}: no set-aside is planned under this name")
+    return SET_ASIDE[marker].to_json()
 
 
 def get_prompt_set_pins(wildcards):
@@ -233,10 +260,13 @@ def get_plot_facets(wildcards):
 
 
 def copy_results_to_history():
-    """Keep every measured result before any job may delete it for a rerun (onstart)."""
+    """Keep every measured result before any job may delete it for a rerun (onstart); those the
+    plan refused (damaged, or another study's) are no measurement of this study's."""
     from specsweep.records.store import copy_to_history
 
-    copy_to_history(paths.RUNS, paths.HISTORY)
+    copy_to_history(
+        paths.RUNS, paths.HISTORY, skip={Path(r.path) for r in PLAN.refused}
+    )
 
 
 def report_failed_run():

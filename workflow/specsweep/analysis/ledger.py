@@ -4,8 +4,9 @@ left out by the study's exclusions."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from specsweep.records.store import (
     read_race_round,
     read_result,
     utc_now,
+    write_bytes_atomic,
     write_failure,
 )
 from specsweep.spec import RunSpec
@@ -101,8 +103,8 @@ def measured_otherwise(result, spec: RunSpec) -> str | None:
     return None
 
 
-def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[Path, str]]:
-    """(file, why) of every launch result of a configuration that cannot be aggregated; the
+def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[int, Path, str]]:
+    """(launch, file, why) of every launch result of a configuration that cannot be aggregated; the
     launches that can are kept."""
     refused = []
     for launch, path in paths.launch_results(runs_dir, spec.name).items():
@@ -111,7 +113,7 @@ def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[Path, str]]:
         except InvalidResult as exc:
             problem = str(exc)
         if problem is not None:
-            refused.append((path, launch_words(launch, problem)))
+            refused.append((launch, path, launch_words(launch, problem)))
     return refused
 
 
@@ -143,7 +145,7 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
         return
     specs = {s.name: s for s in expand_grid(config)}
     lines = [quarantine(specs[row.name], path, reason, invalid_dir, failures_dir)
-             for row in bad.itertuples() for path, reason in refused_launches(specs[row.name], runs_dir)]
+             for row in bad.itertuples() for _, path, reason in refused_launches(specs[row.name], runs_dir)]
     for path in stale:
         Path(path).unlink(missing_ok=True)
     raise ResultRefused(
@@ -152,40 +154,118 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
     )
 
 
-def refuse_stale(config: dict, root: Path = Path(".")) -> list[str]:
-    """Before planning: results that cannot stand are moved aside, and a summary made without them goes.
+@dataclass(frozen=True)
+class Refused:
+    """One launch result that cannot stand as this study's measurement, and why."""
 
-    Called when the workflow is parsed, so that the very next main command measures again what
-    has no valid result: a result damaged or replaced by hand since the summary was made (only
-    those newer than the summary are read, so a large finished study plans as fast as before),
-    and a summary figure that a result it was built from no longer backs. Returns the lines to
-    show the person who runs it.
+    name: str
+    launch: int
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """What the next run sets aside and measures again, found by reading alone.
+
+    Planning writes nothing (`snakemake -n` is a preview): the plan names the refused results
+    (damaged, or measured otherwise) and the configurations with a launch missing while a summary
+    made without it stands. The run's set-aside job (rule set_aside) moves the refused files into
+    results/invalid/ and writes this plan as its marker, which the refused launches' jobs and the
+    summary take as input, so Snakemake measures exactly those again and makes the summary anew.
+    ``made`` is the summary's mtime (ns) the plan was made against: the same state planned twice
+    names one marker, a new damage or a new summary another.
+    """
+
+    refused: tuple[Refused, ...] = ()
+    missing: tuple[str, ...] = ()
+    made: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.refused or self.missing)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SetAside:
+        doc = json.loads(text)
+        return cls(tuple(Refused(**r) for r in doc["refused"]), tuple(doc["missing"]), doc["made"])
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+    def launches(self) -> set[tuple[str, int]]:
+        return {(r.name, r.launch) for r in self.refused}
+
+    def lines(self) -> list[str]:
+        """What the run will do, for the person who plans it."""
+        lines = [f"{r.path}: {r.reason}: set aside in {paths.INVALID}/ and measured again" for r in self.refused]
+        if self.missing:
+            more = len(self.missing) - 4
+            shown = ", ".join(self.missing[:4]) + (f" and {more} more" if more > 0 else "")
+            lines.append(f"{paths.SUMMARY_CSV} was made without results that are not there now ({shown}): "
+                         f"measured again, then the summary is made anew")
+        return lines
+
+
+def plan_set_aside(config: dict, root: Path = Path(".")) -> SetAside:
+    """The results the next run must set aside or measure again; reads, never writes.
+
+    A result damaged or replaced by hand since the summary was made (only results newer than
+    the summary are read, so a large finished study plans as fast as before), and a launch
+    missing while a summary stands (Snakemake does not remake a missing input of a file that is
+    up to date, so without the plan the summary would keep the gap).
     """
     root = Path(root)
-    made = max((p.stat().st_mtime for p in (root / paths.SUMMARY_CSV, root / paths.PARTIAL_CSV) if p.exists()),
+    made = max((p.stat().st_mtime_ns for p in (root / paths.SUMMARY_CSV, root / paths.PARTIAL_CSV) if p.exists()),
                default=None)
-    lines, gone = [], []
+    stands = any(p.exists() for p in (root / paths.SUMMARY_CSV, root / paths.SUMMARY_PNG))
+    refused, missing = [], []
     for spec in expand_grid(config):
         if exclusion_reason(config, spec) is not None:
             continue
         found = paths.launch_results(root / paths.RUNS, spec.name)
         if any(k not in found for k in range(1, launches_expected(config, spec.name, root) + 1)):
-            gone.append(spec.name)
-            continue
-        if made is not None and all(path.stat().st_mtime <= made for path in found.values()):
+            missing.append(spec.name)
+        if made is not None and all(path.stat().st_mtime_ns <= made for path in found.values()):
             continue  # aggregated (and so validated) since it was last written
-        refused = refused_launches(spec, root / paths.RUNS)
-        for path, problem in refused:
-            lines.append(quarantine(spec, path, problem, root / paths.INVALID, root / paths.FAILURES))
-        if refused:
-            gone.append(spec.name)
-    # Both go: Snakemake does not run a job for a missing input while the file made from it is
-    # still there, so a summary left in place would keep the missing result unmeasured.
-    stale = [p for p in (paths.SUMMARY_PNG, paths.SUMMARY_CSV) if (root / p).exists()] if gone else []
-    for path in stale:
-        (root / path).unlink()
-    if stale:
-        shown = ", ".join(gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
-        lines.append(f"{' and '.join(map(str, stale))} were made from results that are no longer there ({shown}): "
-                     f"removed, so that this run measures them again")
+        refused += [Refused(spec.name, launch, str(path.relative_to(root)), reason)
+                    for launch, path, reason in refused_launches(spec, root / paths.RUNS)]
+    if not refused and not (missing and stands):
+        return SetAside()
+    return SetAside(tuple(refused), tuple(missing) if stands else (), made)
+
+
+def recorded_set_asides(root: Path = Path(".")) -> dict[str, SetAside]:
+    """{marker path: plan} of every set-aside a run of this study has done (rule set_aside).
+
+    A job whose launch was set aside keeps its marker as an input for good: Snakemake reruns a
+    job whose recorded inputs differ from the planned ones, so a marker dropped from the list
+    would measure the configuration a second time.
+    """
+    found = {}
+    for marker in sorted((Path(root) / paths.SET_ASIDE).glob("*.json")):
+        try:
+            found[str(marker.relative_to(root))] = SetAside.from_json(marker.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged marker: its launches plan as if never set aside
+    return found
+
+
+def set_aside(config: dict, plan: SetAside, marker: Path, root: Path = Path(".")) -> list[str]:
+    """Do what the plan says (the run's set-aside job): move each refused result into
+    results/invalid/ with a failure record, then write the plan as the marker."""
+    root = Path(root)
+    specs = {spec.name: spec for spec in expand_grid(config)}
+    lines = []
+    for r in plan.refused:
+        source = root / r.path
+        if source.exists():
+            spec = replace(specs[r.name], launch=r.launch)
+            lines.append(quarantine(spec, source, r.reason, root / paths.INVALID, root / paths.FAILURES))
+        else:
+            lines.append(f"{r.path}: already gone ({r.reason})")
+    lines += [f"{name}: a launch is missing; measured again" for name in plan.missing]
+    write_bytes_atomic(Path(marker), plan.to_json().encode())
     return lines

@@ -14,6 +14,7 @@ FAILURES = RESULTS / "failures"  # failure records, <name>/<time>-attempt<n>.jso
 HISTORY = RESULTS / "history"  # a read-only copy of every result ever written, <name>/<sha256>.json
 RACE = RESULTS / "race"  # racing (verdict.until_decided): round<r>.json, who gets launch r+1
 INVALID = RESULTS / "invalid"  # results aggregation refused, moved aside (never deleted)
+SET_ASIDE = RESULTS / "set-aside"  # what each run set aside before measuring again: <digest>.json
 SUMMARY_CSV = RESULTS / "summary.csv"
 SUMMARY_PNG = RESULTS / "summary.png"
 TRADEOFF_PNG = RESULTS / "tradeoff.png"  # tok/s per user against tok/s per GPU, across load levels
@@ -41,12 +42,19 @@ RUN_RESULT = f"{RUNS}/{{name}}/launch{{launch}}.json"
 RUN_LOG = f"{LOGS}/runs/{{name}}/launch{{launch}}.log"
 SERVER_LOG = f"{SERVER_LOGS}/{{name}}/launch{{launch}}.log"
 RACE_ROUND = f"{RACE}/round{{round}}.json"
+SET_ASIDE_MARKER = f"{SET_ASIDE}/{{digest}}.json"
+SET_ASIDE_LOG = f"{LOGS}/set-aside/{{digest}}.log"
 _LAUNCH_FILE = re.compile(r"launch(\d+)\.json")
 
 
 def manifest(target: str) -> Path:
     """The manifest of a provisioned target (llama-server, model, prompts-sharegpt, ...)."""
     return PROVISION / f"{target}.json"
+
+
+def set_aside_marker(digest: str) -> Path:
+    """The record of one set-aside (analysis/ledger.py SetAside), the input that reruns its launches."""
+    return SET_ASIDE / f"{digest}.json"
 
 
 def server_log(name: str, launch: int = 1) -> Path:

@@ -112,18 +112,20 @@ def latest_failure(failures_dir: Path, name: str) -> Failure | None:
     return None
 
 
-def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = None) -> int:
+def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = None, skip=frozenset()) -> int:
     """Copy every result into history_dir/<name>/<sha256>.json, read-only; return how many were new.
 
     Snakemake deletes a job's old output before it reruns it (after a params change, say), so a
     rerun that fails would otherwise lose a measurement. A real copy, never a hard link: a result
     truncated or edited in place (by a person or a tool) must not change its history too. A
-    content-hash name makes the history copy idempotent.
+    content-hash name makes the history copy idempotent. ``skip``: files planning refused.
     """
     import hashlib
 
     added = 0
     for path in [Path(only)] if only else paths.result_files(runs_dir):
+        if path in skip:
+            continue
         data = path.read_bytes()
         target = Path(history_dir) / paths.configuration_of(path) / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
         if target.exists():

@@ -23,7 +23,7 @@ what was done and where it stopped; each stage's log lies beside it:
    read every 0.25 s meanwhile.
 7. checks: NVML sees a GPU; each section's tokens are the server's counter's; the drafting
    configuration drafted; each section's telemetry holds clocks, power and memory; the server
-   logs show every layer offloaded to CUDA; GPU memory rose above its level before during the run
+   logs show the model's weights in a CUDA buffer; GPU memory rose above its level before during the run
    and came back after it; no llama-server process is left.
 
 With --cpu it builds for the CPU and runs without a GPU, under the CPU column's limits (a 2-core
@@ -61,7 +61,11 @@ CALL_BUDGET_S = 540
 MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
 MEMORY_ROSE = 16 << 20  # a model on the GPU shows at least this much above that level
 PROMPT_SET = "humaneval"  # real text, small enough to carry (164 problems, in gpu_carry.sh's cache)
-OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# llama.cpp src/llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB", one line per buffer, named by
+# ggml_backend_buffer_name: the weights on the GPU are the CUDA<n> buffer's size. "offloaded %d/%d
+# layers" prints min(n_gpu_layers, n_layer + 1), what was asked, and "CUDA0" appears in "using device
+# CUDA0" whatever the placement: neither says where the weights are.
+MODEL_BUFFER = re.compile(r"\bCUDA\d+ model buffer size =\s*([0-9.]+) MiB")
 
 
 class Report:
@@ -198,10 +202,9 @@ def telemetry_complete(gpu: dict) -> bool:
 
 
 def offloaded(log: Path) -> bool:
-    """The server log says every layer went to the GPU, on CUDA."""
+    """The server log says the weights are on the GPU: a CUDA model buffer of more than 0 MiB."""
     text = log.read_text(errors="replace") if log.is_file() else ""
-    layers = [(int(a), int(b)) for a, b in OFFLOADED.findall(text)]
-    return bool(layers) and all(a == b > 0 for a, b in layers) and "CUDA0" in text
+    return any(float(size) > 0 for size in MODEL_BUFFER.findall(text))
 
 
 def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
@@ -226,7 +229,7 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
         ("NVML sees a GPU", bool(before), sorted(before)),
         ("each section's telemetry holds clocks, power and memory", bool(sections) and all(
             s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections), None),
-        ("the server logs show every layer offloaded to CUDA", bool(logs) and all(offloaded(p) for p in logs),
+        ("the server logs show the model's weights in a CUDA buffer", bool(logs) and all(offloaded(p) for p in logs),
          [p.parent.name for p in logs]),
         ("GPU memory rose during the run", any(peak.get(g, 0) > used + MEMORY_ROSE for g, used in before.items()),
          {g: peak.get(g, 0) - used for g, used in before.items()}),
@@ -362,17 +365,17 @@ def main() -> int:
     try:
         prepare(args.carry, args.work)
         ran = stages(args, report, limits, sys.executable, memory)
+        if ran:  # judged inside the try: an exception here is a finding in the JSON too
+            report.doc["gpu_memory"] = memory
+            report.doc["checks"] = judge(args.work / "study", report.doc["binary"], memory, gpu=gpu)
+            best = args.work / "study" / "results" / "best.csv"
+            report.doc["verdicts"] = best.read_text().splitlines() if best.is_file() else []
+            if any(c["held"] is False for c in report.doc["checks"]):
+                report.doc["stopped_at"] = "checks"
     except Exception as exc:  # the script's own failure is a finding too, written like the others
         report.doc.update(error=f"{type(exc).__name__}: {exc}", stopped_at=report.doc["stopped_at"] or "script")
         ran = False
-    if ran:
-        report.doc["gpu_memory"] = memory
-        report.doc["checks"] = judge(args.work / "study", report.doc["binary"], memory, gpu=gpu)
-        best = args.work / "study" / "results" / "best.csv"
-        report.doc["verdicts"] = best.read_text().splitlines() if best.is_file() else []
-        if any(c["held"] is False for c in report.doc["checks"]):
-            report.doc["stopped_at"] = "checks"
-    elif report.doc["stopped_at"] == "build" and report.doc["stages"][-1]["status"] == "timed-out":
+    if not ran and report.doc["stopped_at"] == "build" and report.doc["stages"][-1]["status"] == "timed-out":
         report.doc["next"] = ("call the same command again while the machine is warm: the build continues in "
                               f"{args.work}/build where this call's limit stopped it")
     report.doc["held"] = ran and all(c["held"] is not False for c in report.doc["checks"])

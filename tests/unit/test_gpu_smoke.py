@@ -138,3 +138,11 @@ def test_a_judgement_that_raises_still_leaves_the_json_saying_so(tmp_path, monke
     assert gpu_smoke.main() == 1
     doc = json.loads((tmp_path / "out" / "gpu_smoke.json").read_text())
     assert doc["error"] == "KeyError: 'sections'" and doc["stopped_at"] == "script" and doc["held"] is False
+
+
+def test_the_smoke_study_retries_a_transient_failure_as_any_study_does():
+    """Issue 40.5: one host-not-quiet section must not end the device call's only pipeline run."""
+    from specsweep import study
+
+    doc = study.validate_study(gpu_smoke.smoke_study("/x/llama-server", "/x/model.gguf", 4, gpu=True))
+    assert doc["retries"] >= 1 and doc["retries"] == study.validate_study({})["retries"]

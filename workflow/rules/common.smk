@@ -88,10 +88,7 @@ if PLAN:
     SET_ASIDE[str(paths.set_aside_marker(PLAN.digest()))] = PLAN
     for line in PLAN.lines():
         print(f"specsweep: {line}", file=sys.stderr)
-SET_ASIDE_FOR = {}
-for marker, plan in SET_ASIDE.items():
-    for launch in plan.launches():
-        SET_ASIDE_FOR.setdefault(launch, []).append(marker)
+SET_ASIDE_FOR = ledger.markers_by_launch(SET_ASIDE)
 PROVISIONED = study.provisioned(config)
 # Launches every configuration gets, and the most racing may give one (verdict.until_decided).
 LAUNCHES = ledger.launches_planned(config)

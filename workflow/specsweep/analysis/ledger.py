@@ -173,8 +173,8 @@ class SetAside:
     made without it stands. The run's set-aside job (rule set_aside) moves the refused files into
     results/invalid/ and writes this plan as its marker, which the refused launches' jobs and the
     summary take as input, so Snakemake measures exactly those again and makes the summary anew.
-    ``made`` is the summary's mtime (ns) the plan was made against: the same state planned twice
-    names one marker, a new damage or a new summary another.
+    ``made`` is the mtime (ns) of the newest summary table (full or partial) the plan was made
+    against: the same state planned twice names one marker, a new damage or a new summary another.
     """
 
     refused: tuple[Refused, ...] = ()
@@ -232,9 +232,8 @@ def plan_set_aside(config: dict, root: Path = Path(".")) -> SetAside:
             continue  # aggregated (and so validated) since it was last written
         refused += [Refused(spec.name, launch, str(path.relative_to(root)), reason)
                     for launch, path, reason in refused_launches(spec, root / paths.RUNS)]
-    if not refused and not (missing and stands):
-        return SetAside()
-    return SetAside(tuple(refused), tuple(missing) if stands else (), made)
+    missing = missing if stands else []  # no summary yet: the missing are planned like any target
+    return SetAside(tuple(refused), tuple(missing), made) if refused or missing else SetAside()
 
 
 def recorded_set_asides(root: Path = Path(".")) -> dict[str, SetAside]:
@@ -250,6 +249,15 @@ def recorded_set_asides(root: Path = Path(".")) -> dict[str, SetAside]:
             found[str(marker.relative_to(root))] = SetAside.from_json(marker.read_text())
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a damaged marker: its launches plan as if never set aside
+    return found
+
+
+def markers_by_launch(markers: dict[str, SetAside]) -> dict[tuple[str, int], list[str]]:
+    """{(configuration, launch): the markers that set it aside}, for each launch's job inputs."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for marker, plan in markers.items():
+        for launch in plan.launches():
+            found.setdefault(launch, []).append(marker)
     return found
 
 

@@ -89,45 +89,85 @@ def test_cuda_builds_for_the_named_architecture_with_or_without_flash_attention(
         "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90-real", "-DGGML_CUDA_FA=OFF")
 
 
-def _toolkit(tmp_path, monkeypatch, *, cublas: bool, driver: str | None):
+def _toolkit(tmp_path, monkeypatch, *, cublas: str | None, driver: str | None, places: int = 1):
+    """A toolkit in tmp_path/cuda (its nvcc, libcudart, cuBLAS if named) and driver folders."""
     lib = tmp_path / "cuda" / "lib64"
     lib.mkdir(parents=True)
+    (lib / "libcudart.so.13").write_text("")
+    (tmp_path / "cuda" / "bin").mkdir()
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
     if cublas:
-        (lib / "libcublas.so").write_text("")
-    places = []
+        for name in (cublas, cublas.replace("libcublas", "libcublasLt")):
+            (lib / name).write_text("")
+    folders = [tmp_path / f"driver{i}" for i in range(places)]
+    for folder in folders:
+        folder.mkdir()
     if driver:
-        (tmp_path / "driver").mkdir()
-        (tmp_path / "driver" / driver).write_text("")
-        places.append(str(tmp_path / "driver"))
-    monkeypatch.setattr(llama_server_build, "cuda_toolkit_lib", lambda: lib)
-    monkeypatch.setattr(llama_server_build, "DRIVER_PLACES", tuple(places))
+        (folders[-1] / driver).write_text("")
+    monkeypatch.setattr(llama_server_build, "CUDA_ROOT", str(tmp_path / "cuda"))
+    monkeypatch.setattr(llama_server_build.shutil, "which", lambda name: None)  # nvcc only under CUDA_ROOT/bin
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(llama_server_build, "DRIVER_PLACES", tuple(map(str, folders)))
+    return lib
 
 
 def test_cublas_from_nvidias_wheel_is_named_to_cmake_by_its_versioned_file(tmp_path, monkeypatch):
     """The GPU image's cuBLAS is the nvidia-cublas wheel, whose libcublas.so.13 FindCUDAToolkit
-    does not look for: the build names it, and its headers, to CMake."""
-    _toolkit(tmp_path, monkeypatch, cublas=False, driver="libcuda.so.1")
+    does not look for: the build names it, and its headers, to CMake, and says what it found."""
+    _toolkit(tmp_path, monkeypatch, cublas=None, driver="libcuda.so.1")
     wheel = tmp_path / "site" / "nvidia" / "cu13"
     (wheel / "lib").mkdir(parents=True)
     (wheel / "include").mkdir()
-    for name in ("lib/libcublas.so.13", "lib/libcublasLt.so.13", "include/cublas_v2.h"):
+    for name in ("lib/libcublas.so.12", "lib/libcublas.so.13", "lib/libcublasLt.so.13", "include/cublas_v2.h"):
         (wheel / name).write_text("")
     monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: (wheel / "include", wheel / "lib"))
     flags, notes = llama_server_build.cuda_library_flags()
-    assert flags == (f"-DCUDA_cublas_LIBRARY={wheel}/lib/libcublas.so.13",
+    assert flags == (f"-DCMAKE_CUDA_COMPILER={tmp_path}/cuda/bin/nvcc",
+                     f"-DCUDA_cublas_LIBRARY={wheel}/lib/libcublas.so.13",
                      f"-DCUDA_cublasLt_LIBRARY={wheel}/lib/libcublasLt.so.13", f"-DCMAKE_CUDA_FLAGS=-I{wheel}/include",
-                     f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver/libcuda.so.1")
-    assert notes[0].startswith("cuBLAS: NVIDIA's wheel")
+                     f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver0/libcuda.so.1")
+    assert notes[0] == f"nvcc: {tmp_path}/cuda/bin/nvcc (release 13.0, V13.0.88)"
+    assert notes[1] == f"cuBLAS: {wheel}/lib/libcublas.so.13 (NVIDIA's wheel)"
+
+
+def test_a_toolkit_with_only_the_versioned_cublas_is_named_by_full_path(tmp_path, monkeypatch):
+    """nvcc off PATH is found in the toolkit's bin/; a toolkit cuBLAS that is only libcublas.so.13
+    is named to CMake; the driver in a later folder by its soname before a fully versioned file."""
+    lib = _toolkit(tmp_path, monkeypatch, cublas="libcublas.so.13", driver="libcuda.so.1", places=2)
+    (tmp_path / "driver0" / "libcuda.so.580.95.05").write_text("")
+    flags, notes = llama_server_build.cuda_library_flags()
+    assert f"-DCUDA_cublas_LIBRARY={lib}/libcublas.so.13" in flags
+    assert f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver1/libcuda.so.1" in flags
+    assert not any(f.startswith("-DCMAKE_CUDA_FLAGS") for f in flags)
+    assert notes[1] == f"cuBLAS: {lib}/libcublas.so.13 (the toolkit's)"
+
+
+def test_the_toolkits_stub_is_the_driver_library_before_the_drivers_own(tmp_path, monkeypatch):
+    lib = _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver="libcuda.so.1")
+    (lib / "stubs").mkdir()
+    (lib / "stubs" / "libcuda.so").write_text("")
+    flags, _ = llama_server_build.cuda_library_flags()
+    assert flags[-1] == f"-DCUDA_cuda_driver_LIBRARY={lib}/stubs/libcuda.so"
 
 
 def test_a_compile_only_machine_builds_without_the_driver_and_says_so(tmp_path, monkeypatch):
-    _toolkit(tmp_path, monkeypatch, cublas=True, driver=None)
+    _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver=None)
     flags, notes = llama_server_build.cuda_library_flags()
-    assert flags == ("-DGGML_CUDA_NO_VMM=ON",) and "compile-only" in notes[-1]
+    assert flags[-1] == "-DGGML_CUDA_NO_VMM=ON" and "compile-only" in notes[-1]
+
+
+def test_no_nvcc_anywhere_is_refused_naming_where_it_looked(tmp_path, monkeypatch):
+    _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver=None)
+    (tmp_path / "cuda" / "bin" / "nvcc").unlink()
+    with pytest.raises(ProvisionError, match="no nvcc on PATH or in"):
+        llama_server_build.cuda_library_flags()
 
 
 def test_no_cublas_anywhere_is_refused_with_the_install_line(tmp_path, monkeypatch):
-    _toolkit(tmp_path, monkeypatch, cublas=False, driver="libcuda.so")
+    _toolkit(tmp_path, monkeypatch, cublas=None, driver="libcuda.so")
     monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: None)
     with pytest.raises(ProvisionError, match="pip install nvidia-cublas"):
         llama_server_build.cuda_library_flags()

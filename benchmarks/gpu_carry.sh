@@ -9,9 +9,12 @@
 #                            the machine's image lacks (Snakemake and its own needs; the image's
 #                            list: benchmarks/gpu_image_packages.txt). A package published only as
 #                            source is built into a wheel here, and must come out pure Python.
+#   OUT/llama-server-prebuilt.tar.xz  with --server MANIFEST: the llama-server that manifest names
+#                            (built here beforehand, benchmarks/cuda_compile.py for the GPU), so that
+#                            the device call finds it in its cache and compiles nothing (issue 40.2)
 #   OUT/carry.json           what was carried, what the image is expected to give, and the size
 #
-# usage: bash benchmarks/gpu_carry.sh [--python-version 3.12] [--out .gpu]
+# usage: bash benchmarks/gpu_carry.sh [--python-version 3.12] [--out .gpu] [--server MANIFEST]
 # (3.12: the GPU image's Python; a test that runs the carry under this machine's Python passes 3.11)
 # The whole must stay under the 64 MiB that travels with the working tree; the script fails if not.
 set -euo pipefail
@@ -19,10 +22,12 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 python_version=3.12
 out=.gpu
+server=
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) python_version=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --server) server=$(realpath "$2"); shift 2 ;;
     *) echo "gpu_carry.sh: unknown argument $1 (see the header of this script)" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +43,12 @@ mkdir -p "$out/whl"
 
 # 2. The cache: whatever the smoke study takes from the package index (gpu_smoke.py owns the study).
 "$PYTHON" benchmarks/gpu_smoke.py --provision-carry --carry "$out"
+
+# 2b. A server built beforehand, packed as the smoke check unpacks it (gpu_smoke.py owns the format).
+echo '{}' > "$tmp/prebuilt.json"
+if [ -n "$server" ]; then
+  "$PYTHON" benchmarks/gpu_smoke.py --pack-server "$server" --carry "$out" > "$tmp/prebuilt.json"
+fi
 
 # 3. Wheels. What specsweep needs at run time is pyproject.toml's dependencies; resolved once for
 # this Python to find what is published only as source (pip refuses source for another Python),
@@ -82,9 +93,10 @@ EOF
 
 size=$(du -sb "$out" | cut -f1)
 "$PYTHON" -c 'import json, sys
-path, size = sys.argv[1], int(sys.argv[2])
-doc = json.load(open(path)); doc["bytes"] = size; json.dump(doc, open(path, "w"), indent=1)' "$out/carry.json" "$size"
-du -sh "$out/llama-source.tar.xz" "$out/cache" "$out/whl"
+path, size, prebuilt = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3]))
+doc = json.load(open(path)); doc.update(bytes=size, prebuilt=prebuilt or None)
+json.dump(doc, open(path, "w"), indent=1)' "$out/carry.json" "$size" "$tmp/prebuilt.json"
+du -sh "$out/llama-source.tar.xz" "$out/cache" "$out/whl" "$out"/llama-server-prebuilt.tar.xz 2>/dev/null || true
 echo "gpu_carry.sh: $out holds $size bytes ($(ls "$out/whl" | wc -l) wheels for Python $python_version)"
 if [ "$size" -gt "$limit" ]; then
   echo "gpu_carry.sh: $out is over the 64 MiB ($limit bytes) that travel with the working tree" >&2

@@ -35,6 +35,7 @@ Exit 0 only when every stage ran and every check held.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -42,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -54,12 +56,21 @@ sys.path.insert(0, str(PACKAGE))
 
 # Seconds each stage may take: (on the GPU machine's 16 cores, with --cpu on a 2-core machine).
 # The GPU column stays under CALL_BUDGET_S: the device call's 600 s less the machine's start-up
-# and the files' return.
-STAGES = {"install": (20, 120), "import": (20, 90), "offline": (20, 90), "build": (380, 1200),
+# and the files' return. The GPU build's None is what the call has left when it starts, less the
+# stages after it: with the server built beforehand and carried (PREBUILT) the stage only finds it
+# in the cache; the in-call compile is the fallback and gets every second there is (issue 40.2).
+STAGES = {"install": (20, 120), "import": (20, 90), "offline": (20, 90), "build": (None, 1200),
           "model": (20, 90), "pipeline": (75, 420)}
 CALL_BUDGET_S = 540
 MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
 MEMORY_ROSE = 16 << 20  # a model on the GPU shows at least this much above that level
+# What comes back from $OUT (the device tool's terms): at most 8 files, each under 16 MiB, no more
+# than two folders down; of the output only the last 12,000 characters are sure to. So $OUT holds
+# the JSON and one archive of every log, and stdout ends with a plain summary under that size.
+RETURN_FILES, RETURN_BYTES, RETURN_DEPTH, RETURN_CHARS = 8, 16 << 20, 2, 12_000
+LOGS_ARCHIVE = "logs.tar.xz"
+LOG_TAIL_BYTES = 1 << 20  # each log's last MiB, where the whole archive would not come back
+PREBUILT = "llama-server-prebuilt.tar.xz"  # a server built where the index is (gpu_carry.sh --server)
 PROMPT_SET = "humaneval"  # real text, small enough to carry (164 problems, in gpu_carry.sh's cache)
 # llama.cpp src/llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB", one line per buffer, named by
 # ggml_backend_buffer_name: the weights on the GPU are the CUDA<n> buffer's size. "offloaded %d/%d
@@ -71,15 +82,21 @@ MODEL_BUFFER = re.compile(r"\bCUDA\d+ model buffer size =\s*([0-9.]+) MiB")
 class Report:
     """The JSON under --out, written again after every stage."""
 
-    def __init__(self, out: Path, gpu: bool, limits: dict[str, int]):
-        self.out = out
+    def __init__(self, out: Path, gpu: bool, limits: dict[str, int], logs: Path):
+        self.out, self.logs, self.t0 = out, logs, time.monotonic()
+        logs.mkdir(parents=True, exist_ok=True)
         self.doc: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "mode": "gpu" if gpu else "cpu",
                           "limits_s": limits, "stages": [], "stopped_at": None, "checks": [], "held": False}
 
     def save(self) -> None:
+        """The logs' archive and the JSON, each replaced whole: a call cut short leaves both."""
+        self.doc["logs"] = pack_logs(self.logs, self.out / LOGS_ARCHIVE)
         tmp = self.out / ".gpu_smoke.json.tmp"
         tmp.write_text(json.dumps(self.doc, indent=1, default=str) + "\n")
         os.replace(tmp, self.out / "gpu_smoke.json")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
 
     def stage(self, entry: dict) -> None:
         self.doc["stages"].append(entry)
@@ -111,9 +128,73 @@ def stop_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+# --- what comes back ------------------------------------------------------------------------------
+
+def pack_logs(logs: Path, archive: Path, *, limit: int = RETURN_BYTES) -> dict:
+    """Every file under ``logs`` into one .tar.xz (replaced whole); where that is not under
+    ``limit``, each log's last LOG_TAIL_BYTES instead (a log's end says how it ended)."""
+    files = sorted(p for p in logs.rglob("*") if p.is_file())
+    for tail in (None, LOG_TAIL_BYTES, LOG_TAIL_BYTES >> 6):
+        tmp = archive.with_name(f".{archive.name}.tmp")
+        with tarfile.open(tmp, "w:xz") as tar:
+            for path in files:
+                data = path.read_bytes()
+                cut = tail is not None and len(data) > tail
+                info = tarfile.TarInfo(str(path.relative_to(logs)) + (".tail" if cut else ""))
+                info.size, info.mtime = len(data[-tail:] if cut else data), int(path.stat().st_mtime)
+                tar.addfile(info, io.BytesIO(data[-tail:] if cut else data))
+        os.replace(tmp, archive)
+        if archive.stat().st_size < limit:
+            break
+    return {"archive": archive.name, "bytes": archive.stat().st_size, "files": len(files),
+            "cut_to_tail_bytes": tail}
+
+
+def unreturnable(out: Path) -> list[str]:
+    """What in ``out`` would not come back from the device call: one clause per problem, [] if none."""
+    files = sorted(p for p in out.rglob("*") if p.is_file() or p.is_symlink())
+    problems = [f"{len(files)} files, more than the {RETURN_FILES} that come back"] if len(files) > RETURN_FILES else []
+    for path in files:
+        name = path.relative_to(out)
+        if len(name.parts) - 1 > RETURN_DEPTH:
+            problems.append(f"{name}: {len(name.parts) - 1} folders down, more than {RETURN_DEPTH}")
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{name}: not a plain file")
+        elif path.stat().st_size >= RETURN_BYTES:
+            problems.append(f"{name}: {path.stat().st_size} bytes, not under {RETURN_BYTES}")
+    return problems
+
+
+def summary(doc: dict, *, limit: int = RETURN_CHARS - 1000) -> str:
+    """The report as plain text for stdout, under ``limit`` characters: each stage, each check with
+    its figures, where it stopped; the stopping stage's log tail gets what room is left."""
+    def short(value, width=160) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return text if len(text) <= width else text[:width - 3] + "..."
+
+    lines = [f"gpu_smoke: mode {doc['mode']}, held {doc['held']}, stopped at {doc['stopped_at'] or 'nothing'}"]
+    lines += [f"  prebuilt server: {short(doc['prebuilt'], 300)}"] if doc.get("prebuilt") else []
+    lines += [f"  stage {s['stage']:<8} {s['status']:<9} {s['seconds']:>7.1f} s of {s['limit_s']}"
+              for s in doc["stages"]]
+    lines += [f"  build: {short(note)}" for note in (doc.get("build") or {}).get("cuda_libraries") or []]
+    lines += [f"  check {'held' if c['held'] else 'n/a ' if c['held'] is None else 'FAIL'} {c['check']}: "
+              f"{short(c['detail'])}" for c in doc["checks"]]
+    lines += [f"  gpu memory (bytes): {short(doc['gpu_memory'], 400)}"] if doc.get("gpu_memory") else []
+    lines += [f"  verdict: {short(v)}" for v in doc.get("verdicts", [])[:12]]
+    for key in ("error", "next", "logs", "unreturnable"):
+        lines += [f"  {key}: {short(doc[key], 400)}"] if doc.get(key) else []
+    text = "\n".join(lines)
+    stopped = next((s for s in doc["stages"] if s["status"] != "ok"), None)
+    if stopped and len(text) < limit - 200:
+        room = limit - len(text) - 100
+        text += f"\n--- the last of {stopped['log']} ---\n" + stopped["tail"][-room:]
+    return text[:limit]
+
+
 def run_stage(report: Report, name: str, argv: list[str], *, env: dict, limit: int) -> bool:
-    """One stage as a subprocess under its limit, its output in $OUT/<name>.log; True if it held."""
-    log, t0 = report.out / f"{name}.log", time.monotonic()
+    """One stage as a subprocess under its limit, its output in the logs folder (and so in the
+    archive that comes back) as <name>.log; True if it held."""
+    log, t0 = report.logs / f"{name}.log", time.monotonic()
     with open(log, "w") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
         fh.flush()
@@ -245,7 +326,7 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
     return out
 
 
-def limits_for(gpu: bool, overrides: list[str]) -> dict[str, int]:
+def limits_for(gpu: bool, overrides: list[str]) -> dict[str, int | None]:
     limits = {name: pair[0 if gpu else 1] for name, pair in STAGES.items()}
     for item in overrides:
         name, _, seconds = item.partition("=")
@@ -255,12 +336,90 @@ def limits_for(gpu: bool, overrides: list[str]) -> dict[str, int]:
     return limits
 
 
+def stage_limit(name: str, limits: dict[str, int | None], elapsed: float) -> int:
+    """A stage's limit; the GPU build's is what the call has left, less the stages after it."""
+    if limits[name] is not None:
+        return limits[name]
+    after = list(limits)[list(limits).index(name) + 1:]
+    return max(1, int(CALL_BUDGET_S - elapsed - sum(limits[n] or 0 for n in after)))
+
+
+def nvidia_library_folders() -> list[str]:
+    """The lib/ folders of NVIDIA's wheels in this Python (nvidia/cu13/lib holds libcudart.so.13,
+    libcublas.so.13 and libcublasLt.so.13 on the image): where a server built on another machine
+    finds the image's CUDA runtime and cuBLAS."""
+    try:
+        import nvidia  # a namespace package: one folder per wheel family, no __init__
+    except ImportError:
+        return []
+    return sorted({str(lib) for root in nvidia.__path__ for lib in Path(root).glob("*/lib")
+                   if any(lib.glob("lib*.so*"))})
+
+
 def environment(work: Path) -> dict:
     """What every stage runs under: the checkout's package and the carried wheels on the path, the
-    carried cache as specsweep's cache."""
+    carried cache as specsweep's cache, NVIDIA's wheels' libraries on the loader's path."""
     path = os.pathsep.join([str(PACKAGE), str(work / "site")])
+    loader = os.pathsep.join([*nvidia_library_folders(), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
     return {**os.environ, "PYTHONPATH": path, "SPECSWEEP_CACHE": str(work / "cache"),
-            "SPECSWEEP_LOCK_DIR": str(work / "locks")}
+            "SPECSWEEP_LOCK_DIR": str(work / "locks"), **({"LD_LIBRARY_PATH": loader} if loader else {})}
+
+
+# --- a server built beforehand (issue 40.2) ------------------------------------------------------
+
+def pack_server(manifest: Path, carry: Path) -> dict:
+    """A built server's cache folder (bin/llama-server and manifest.json) into CARRY/PREBUILT.
+    ``manifest``: the cache folder's manifest.json or the copy ``provision server --out`` wrote."""
+    binary = Path(json.loads(manifest.read_text())["binary"])
+    folder = binary.parents[1]
+    archive = carry / PREBUILT
+    with tarfile.open(archive, "w:xz", preset=9) as tar:
+        tar.add(folder / "manifest.json", f"{folder.name}/manifest.json")
+        tar.add(binary, f"{folder.name}/bin/{binary.name}")
+    return {"archive": archive.name, "bytes": archive.stat().st_size, "binary_bytes": binary.stat().st_size}
+
+
+def missing_libraries(binary: Path, env: dict, log: Path) -> str | None:
+    """Why the loader could not start ``binary`` here (a library it finds nowhere), or None."""
+    try:
+        done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"ldd could not read it ({exc})"
+    log.write_text(f"$ ldd {binary}\n{done.stdout}{done.stderr}")
+    missing = [line.split()[0] for line in done.stdout.splitlines() if "not found" in line]
+    return f"the loader finds no {', '.join(missing)}" if missing else None
+
+
+def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) -> dict | None:
+    """The carried server into the work cache, where the build stage's ``provision server`` finds
+    it (the cache's key is the source and the flags, and a cache is read where it lies), when it
+    is for this mode and the loader finds all it links; else removed, so that the build stage
+    compiles. None where none was carried."""
+    from specsweep.servers.provision import sha256_file
+
+    archive = carry / PREBUILT
+    if not archive.is_file():
+        return None
+    cache = work / "cache" / "llama-server"
+    cache.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        [name] = {m.name.split("/")[0] for m in tar.getmembers()}
+        shutil.rmtree(cache / name, ignore_errors=True)
+        tar.extractall(cache, filter="data")
+    manifest = json.loads((cache / name / "manifest.json").read_text())
+    binary = cache / name / "bin" / Path(manifest["binary"]).name
+    entry = {"archive": archive.name, "bytes": archive.stat().st_size, "cuda_arch": manifest.get("cuda_arch"),
+             "built_at": manifest.get("built_at"), "binary": str(binary)}
+    if bool(manifest.get("cuda_arch")) != gpu:
+        why = f"built for {'CUDA ' + manifest['cuda_arch'] if manifest.get('cuda_arch') else 'the CPU'}"
+    elif sha256_file(binary) != manifest.get("binary_sha256"):
+        why = "its binary is not the one its manifest names (SHA-256 differs)"
+    else:
+        why = missing_libraries(binary, env, logs / "prebuilt-ldd.log")
+    if why:
+        shutil.rmtree(cache / name)
+        return {**entry, "used": False, "why": f"{why}; the build stage compiles instead"}
+    return {**entry, "used": True}
 
 
 def prepare(carry: Path, work: Path) -> None:
@@ -288,13 +447,14 @@ def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) 
                     f"sys.exit(cli.main(['grid', '--config', {str(study_file)!r}]))"]),
         ("offline", [py, "-m", "specsweep", "provision", "check", "--config", str(study_file)]),
         ("build", [py, "-m", "specsweep", "provision", "server", "--source", source, *cuda, "--build-dir",
-                   str(work / "build"), "--log", str(report.out / "build-cmake.log"), "--out",
+                   str(work / "build"), "--log", str(report.logs / "build-cmake.log"), "--out",
                    str(work / "llama-server.json")]),
         ("model", [py, "-m", "specsweep", "provision", "tiny-gguf", "--source", source, "--out",
                    str(work / "tiny.json")]),
     ]
+    report.doc["prebuilt"] = unpack_server(carry, work, env, report.logs, gpu=not args.cpu)
     for name, argv in plan:
-        if not run_stage(report, name, argv, env=env, limit=limits[name]):
+        if not run_stage(report, name, argv, env=env, limit=stage_limit(name, limits, report.elapsed())):
             return False
     return pipeline(args, report, limits["pipeline"], py, env, memory)
 
@@ -321,8 +481,8 @@ def pipeline(args, report: Report, limit: int, py: str, env: dict, memory: dict)
     sampler.done.set()
     time.sleep(2)  # teardown is synchronous; this is only for NVML's view to settle
     memory.update(peak=sampler.peak, after=gpu_memory() if gpu else {})
-    if (folder / "logs").is_dir():  # the jobs' and servers' logs, for a reader of $OUT
-        shutil.copytree(folder / "logs", report.out / "study-logs", dirs_exist_ok=True)
+    if (folder / "logs").is_dir():  # the jobs' and servers' logs, into the archive that comes back
+        shutil.copytree(folder / "logs", report.logs / "study-logs", dirs_exist_ok=True)
     return ran
 
 
@@ -351,17 +511,23 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="build and run llama-server on the CPU (no GPU here)")
     parser.add_argument("--stage-timeout", action="append", default=[], metavar="STAGE=SECONDS",
                         help="another limit for one stage")
+    parser.add_argument("--pack-server", type=Path, metavar="MANIFEST",
+                        help="pack the server that MANIFEST names into CARRY (gpu_carry.sh --server), and stop")
     parser.add_argument("--provision-carry", action="store_true",
                         help="fill CARRY/cache with what the smoke study takes from the package index, and stop "
                              "(gpu_carry.sh runs this where the index is reached)")
     args = parser.parse_args()
     if args.provision_carry:
         return provision_carry(args.carry.resolve(), args.budget)
+    if args.pack_server:
+        print(json.dumps(pack_server(args.pack_server.resolve(), args.carry.resolve())))
+        return 0
     args.carry, args.work = args.carry.resolve(), args.work.resolve()
     gpu = not args.cpu
     limits = limits_for(gpu, args.stage_timeout)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = Report(args.out.resolve(), gpu, limits)
+    shutil.rmtree(args.work / "logs", ignore_errors=True)  # this call's logs only; the build stays
+    report = Report(args.out.resolve(), gpu, limits, args.work / "logs")
     report.save()
     memory: dict = {"before": {}, "peak": {}, "after": {}}
     try:
@@ -383,9 +549,10 @@ def main() -> int:
     report.doc["held"] = ran and all(c["held"] is not False for c in report.doc["checks"])
     report.doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     report.save()
-    print(json.dumps({k: report.doc[k] for k in ("mode", "stopped_at", "held")} | {
-        "stages": [(s["stage"], s["status"], s["seconds"]) for s in report.doc["stages"]],
-        "checks failed": [c["check"] for c in report.doc["checks"] if c["held"] is False]}, indent=1))
+    if problems := unreturnable(report.out):  # said in the JSON and on stdout, the one sure to come back
+        report.doc["unreturnable"] = problems
+        report.save()
+    print(summary(report.doc))
     return 0 if report.doc["held"] else 1
 
 

@@ -2,9 +2,10 @@
 device command word for word with --cpu added, from a fresh clone with the carry gpu_carry.sh made
 there, in a network namespace with loopback only, under a Python that holds only what the GPU
 image holds (no specsweep, no Snakemake), with an empty home and a cache holding only what was
-carried and the CPU llama-server this run already built (shared_build: the same source files and
-flags, so the same cache key; the build from the cut is proven by every embedded build, see
-tests/unit/servers/test_llama_source.py). And the same command
+carried, and the CPU llama-server this run already built carried as a server built beforehand
+(gpu_carry.sh --server, as the GPU's is: the same source files and flags, so the same cache key;
+the build from the cut is proven by every embedded build, see tests/unit/servers/test_llama_source.py).
+And the same command
 failing, stage named, where the study would reach for the network, where a part of the package is
 missing from the checkout, and where a stage overruns its limit."""
 
@@ -16,15 +17,17 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import REPO, benchmark_module, copy_checkout
+from conftest import REPO, copy_checkout
 
 pytestmark = pytest.mark.e2e
 CARRY_LIMIT = 64 << 20  # what travels with the working tree to the GPU machine
+STDERR = "\n--- standard error ---\n"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"  # the carry is made for the Python that runs it
 
 
@@ -35,31 +38,20 @@ def device_command() -> str:
     return command
 
 
-def shared_build(embedded: dict, work: Path) -> dict:
-    """The work folder as the device command makes it (gpu_smoke.prepare: the carried cache copied
-    in), plus this run's CPU llama-server in that cache, its manifest naming the copy: a second CPU
-    build of the same source with the same flags would cost the suite 7-11 minutes and prove nothing new."""
-    benchmark_module("gpu_smoke").prepare(work.parent / ".gpu", work)
-    folder = Path(embedded["binary"]).parents[1]
-    copy = work / "cache" / "llama-server" / folder.name
-    shutil.copytree(folder, copy)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["binary"] = str(copy / "bin" / Path(embedded["binary"]).name)
-    (copy / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return manifest
-
-
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory, embedded) -> dict:
-    """A fresh clone with its carry, this run's CPU server in its work cache, and a Python standing
-    in for the GPU image's."""
+    """A fresh clone with its carry (this run's CPU server in it, built beforehand as the GPU's is),
+    and a Python standing in for the GPU image's: a second CPU build of the same source with the
+    same flags would cost the suite 7-11 minutes and prove nothing new."""
     root = tmp_path_factory.mktemp("gpu-machine")
     clone = copy_checkout(root / "clone")
-    made = subprocess.run(["bash", "benchmarks/gpu_carry.sh", "--python-version", PYTHON_VERSION], cwd=clone,
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
+    manifest = Path(embedded["binary"]).parents[1] / "manifest.json"
+    made = subprocess.run(["bash", "benchmarks/gpu_carry.sh", "--python-version", PYTHON_VERSION, "--server",
+                           str(manifest)], cwd=clone, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHON": sys.executable})
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     carry = json.loads((clone / ".gpu" / "carry.json").read_text())
-    server = shared_build(embedded, clone / ".gpu-work")
+    server = json.loads(manifest.read_text())
     image = root / "image"
     subprocess.run([sys.executable, "-m", "venv", str(image)], check=True, timeout=300)
     # What the image gives of specsweep's needs (gpu_carry.sh's from_image), and NVML's binding.
@@ -70,7 +62,8 @@ def machine(tmp_path_factory, embedded) -> dict:
 
 
 def run_device(machine: dict, out: Path, *extra: str, where: Path | None = None) -> tuple[int, dict, str]:
-    """The device command in a network namespace with loopback only, under the image's Python."""
+    """The device command in a network namespace with loopback only, under the image's Python: its
+    exit code, JSON, and whole standard output with the end of its standard error."""
     home = out.parent / f"{out.name}-home"
     home.mkdir(parents=True)
     env = {"PATH": f"{machine['image'] / 'bin'}:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home),
@@ -79,7 +72,7 @@ def run_device(machine: dict, out: Path, *extra: str, where: Path | None = None)
     done = subprocess.run(["unshare", "-n", "bash", "-c", f"ip link set lo up && {command}"],
                           cwd=where or machine["clone"], env=env, capture_output=True, text=True, timeout=2400)
     report = json.loads((out / "gpu_smoke.json").read_text())
-    return done.returncode, report, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.returncode, report, done.stdout + STDERR + done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +82,11 @@ def smoke(machine, tmp_path_factory) -> dict:
     return {"code": code, "report": report, "tail": tail, "out": out}
 
 
+def returned(out: Path) -> dict[str, int]:
+    """What $OUT holds, relative path to size, each counted as the device tool counts it."""
+    return {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*") if not p.is_dir()}
+
+
 def stages(report: dict) -> dict[str, str]:
     return {s["stage"]: s["status"] for s in report["stages"]}
 
@@ -96,6 +94,7 @@ def stages(report: dict) -> dict[str, str]:
 def test_the_carry_fits_and_leaves_nothing_to_the_index(machine):
     carry = machine["carry"]
     assert carry["bytes"] < CARRY_LIMIT and carry["python_version"] == PYTHON_VERSION
+    assert carry["prebuilt"]["archive"] == "llama-server-prebuilt.tar.xz" and carry["prebuilt"]["bytes"] > 0
     wheels = {p.name.split("-")[0].lower() for p in (machine["clone"] / ".gpu" / "whl").glob("*.whl")}
     assert {"snakemake", "connection_pool"} <= wheels  # connection_pool: published as source only
     assert not wheels & {"pandas", "numpy", "scipy"}  # the image's own are not carried again
@@ -115,13 +114,25 @@ def test_the_device_command_holds_offline_uninstalled_and_cold(machine, smoke):
     gpu_only = [c for c in report["checks"] if "GPU" in c["check"] or "CUDA" in c["check"] or "telemetry" in c["check"]]
     assert len(gpu_only) == 5 and all(c["held"] is None and c["detail"] == "not applicable: --cpu" for c in gpu_only)
     assert "-DGGML_CUDA=ON" not in report["build"]["cmake_flags"]
-    # The build stage took this run's server from the cache: the same binary, not a second build.
+    # The build stage found the carried server in the cache: the same binary, not a second build.
+    assert report["prebuilt"]["used"] is True and report["prebuilt"]["built_at"] == machine["server"]["built_at"]
     assert report["build"]["built_at"] == machine["server"]["built_at"]
-    assert report["binary"] == machine["server"]["binary"]
+    assert report["binary"] == report["prebuilt"]["binary"] != machine["server"]["binary"]
     assert report["verdicts"][0].startswith("tp,context,section,load,best_budget,verdict")
-    for log in ("install.log", "pipeline.log", "gpu_smoke.json"):  # what comes back from $OUT
-        assert (smoke["out"] / log).is_file()
-    assert list((smoke["out"] / "study-logs" / "server").glob("*/launch1.log"))
+    # What comes back from $OUT (issue 40.1): at most 8 files, two folders down, each under 16 MiB;
+    # every log in one archive, the server logs behind the offload check among them.
+    files = returned(smoke["out"])
+    assert sorted(files) == ["gpu_smoke.json", "logs.tar.xz"] and all(size < 16 << 20 for size in files.values())
+    assert "unreturnable" not in report and report["logs"]["files"] >= 8
+    with tarfile.open(smoke["out"] / "logs.tar.xz") as tar:
+        names = set(tar.getnames())
+    assert {"install.log", "build.log", "pipeline.log", "prebuilt-ldd.log"} <= names
+    assert any(re.fullmatch(r"study-logs/server/[^/]+/launch1\.log", n) for n in names), sorted(names)
+    # and a plain summary on stdout that fits the output's last 12,000 characters
+    stdout = smoke["tail"].split(STDERR)[0]
+    assert len(stdout) < 12_000
+    assert stdout.startswith("gpu_smoke: mode cpu, held True, stopped at nothing"), stdout[:500]
+    assert "stage pipeline ok" in stdout and "check held tokens are the server's counter's" in stdout
 
 
 def test_a_stage_over_its_limit_is_stopped_and_named(machine, smoke, tmp_path):

@@ -9,7 +9,8 @@ bit mask of nvmlClocksEventReason*, topology levels nvmlGpuTopologyLevel_t value
 a call the device does not support raises NVMLError(NVML_ERROR_NOT_SUPPORTED).
 
 The table: {"driver": "...", "gpus": [{"uuid", "name", "pci_bus_id", "memory_total",
-"memory_used", "cc": [major, minor], "pids": [...], "sm_clock_mhz", "temperature_c",
+"memory_used" (held by processes), "memory_reserved" (the driver's and firmware's, default 0),
+"memory_v2" (default true), "cc": [major, minor], "pids": [...], "sm_clock_mhz", "temperature_c",
 "power_mw", "reasons"}], "nvlink": [[i, j], ...] (pairs joined by NVLink), "ancestor":
 {"i,j": level} (others: 50, SYSTEM)}.
 """
@@ -21,6 +22,8 @@ import os
 import types
 
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+nvmlMemory_v2 = 0x02000028  # pynvml.py: the v2 structure's version word
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
 NVML_P2P_CAPS_INDEX_NVLINK = 2
@@ -85,10 +88,19 @@ def nvmlDeviceGetPciInfo(handle):
     return types.SimpleNamespace(busId=_gpu(handle)["pci_bus_id"].encode())
 
 
-def nvmlDeviceGetMemoryInfo(handle):
+def nvmlDeviceGetMemoryInfo(handle, version=None):
+    """As pynvml.py: v1 (c_nvmlMemory_t: total, free, used, where used = total - free counts the
+    reserved memory) without a version, v2 (c_nvmlMemory_v2_t: version, total, reserved, free, used,
+    reserved apart) through nvmlDeviceGetMemoryInfo_v2 with version=nvmlMemory_v2; a driver
+    without v2 ("memory_v2": false) answers NVML_ERROR_FUNCTION_NOT_FOUND there."""
     gpu = _gpu(handle)
-    return types.SimpleNamespace(total=gpu["memory_total"], used=gpu["memory_used"],
-                                 free=gpu["memory_total"] - gpu["memory_used"])
+    total, used, reserved = gpu["memory_total"], gpu["memory_used"], gpu.get("memory_reserved", 0)
+    if not version:
+        return types.SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+    if not gpu.get("memory_v2", True):
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return types.SimpleNamespace(version=version, total=total, reserved=reserved, used=used,
+                                 free=total - used - reserved)
 
 
 def nvmlDeviceGetCudaComputeCapability(handle):

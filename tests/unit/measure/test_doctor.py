@@ -29,7 +29,7 @@ def test_gpus_with_another_users_memory_are_not_counted_as_free(monkeypatch):
             return i
 
         def nvmlDeviceGetMemoryInfo(self, h):
-            return types.SimpleNamespace(used=[30 << 30, 0][h])
+            return types.SimpleNamespace(total=80 << 30, used=[30 << 30, 0][h], free=[50 << 30, 80 << 30][h])  # v1
 
         def nvmlDeviceGetComputeRunningProcesses(self, h):
             return [types.SimpleNamespace(pid=4242, usedGpuMemory=30 << 30)] if h == 0 else []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsweep.errors import ConfigError
-from specsweep.measure import host_facts, leases, quiet_host
+from specsweep.measure import gpu_memory, host_facts, leases, quiet_host
 from specsweep.servers import backends, probes
 from specsweep.servers.provision import cache_dir
 from specsweep.spec import EMBEDDED
@@ -112,7 +112,7 @@ def gpu_check(tp: int) -> Check:
                      "no GPU: NVML sees none, and neither SPECSWEEP_GPUS nor CUDA_VISIBLE_DEVICES names any",
                      "run on a GPU host (pip install nvidia-ml-py for NVML), or set server.gpu: false")
     used = {g: host_facts.memory_used(g) for g in gpus}
-    taken = [g for g in gpus if not leases.is_free(used[g])]
+    taken = [g for g in gpus if not gpu_memory.is_free(g, leases.lock_dir())]
     shown = ", ".join(g + (f" ({used[g] >> 20} MiB in use by pid(s) {host_facts.gpu_pids(g)})" if g in taken else "")
                       for g in gpus)
     free = len(gpus) - len(taken)

@@ -11,6 +11,7 @@ import functools
 import itertools
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -156,15 +157,47 @@ def local_compute_capability() -> str | None:
     return f"{major}.{minor}"
 
 
-def memory_used(gpu: str) -> int | None:
-    """Bytes in use on one GPU by NVML; None where unknown (simulated GPU, no NVML)."""
+@dataclass(frozen=True)
+class MemoryReading:
+    """One GPU's memory as NVML reports it, in bytes. ``reserved``: what the driver and firmware
+    set aside, which the v2 structure reports apart from ``used`` and v1 counts in it (None where
+    only v1 answers: an older driver)."""
+
+    total: int
+    used: int
+    reserved: int | None
+    structure: str
+
+
+def memory_reading(gpu: str) -> MemoryReading | None:
+    """NVML's memory figures of one GPU, from nvmlDeviceGetMemoryInfo's v2 structure
+    (nvidia-ml-py: ``nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2)``, the driver's
+    nvmlDeviceGetMemoryInfo_v2), else v1; None where unknown (simulated GPU, no NVML). An idle
+    Hopper GPU reads a few hundred MiB to about 1 GiB "used" under v1: its reserved memory."""
     lib = nvml()
     if lib is None:
         return None
     try:
-        return int(lib.nvmlDeviceGetMemoryInfo(handle(lib, gpu)).used)
+        device = handle(lib, gpu)
     except Exception:
         return None
+    try:
+        info = lib.nvmlDeviceGetMemoryInfo(device, version=lib.nvmlMemory_v2)
+        return MemoryReading(int(info.total), int(info.used), int(info.reserved), "v2")
+    except Exception:  # a driver before v2, or a binding without it
+        pass
+    try:
+        info = lib.nvmlDeviceGetMemoryInfo(device)
+        return MemoryReading(int(info.total), int(info.used), None, "v1")
+    except Exception:
+        return None
+
+
+def memory_used(gpu: str) -> int | None:
+    """Bytes in use on one GPU by NVML, reserved memory apart where the driver says it (v2);
+    None where unknown (simulated GPU, no NVML)."""
+    reading = memory_reading(gpu)
+    return reading.used if reading else None
 
 
 def uuid(gpu: str) -> str | None:

@@ -28,15 +28,12 @@ from pathlib import Path
 import psutil
 
 from specsweep.errors import ConfigError, DeviceBusy, Excluded, PortConflict
-from specsweep.measure import host_facts
+from specsweep.measure import gpu_memory, host_facts
 from specsweep.servers import probes
 
 HOST_DEVICE = "host"
 POLL_S = 0.25
 ANNOUNCE_EVERY_S = 60.0
-MIB = 1 << 20
-# A GPU counts as free when NVML shows at most this much memory in use (the driver's own share).
-FREE_MEMORY_MIB = 1024
 
 
 def lock_dir() -> Path:
@@ -194,7 +191,7 @@ def free_gpus(gpus: list[str]) -> list[str]:
     On a shared box a GPU nobody holds a lock on may still run another user's process: a job
     takes only free GPUs, and waits in the queue while too few are free, never on a busy one.
     """
-    return [g for g in gpus if is_free(host_facts.memory_used(g))]
+    return [g for g in gpus if gpu_memory.is_free(g, lock_dir())]
 
 
 def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, list[str]]:
@@ -204,7 +201,7 @@ def await_free_memory(gpus: tuple[str, ...], timeout_s: float) -> tuple[float, l
     """
     t0 = time.monotonic()
     while True:
-        busy = [g for g in gpus if not is_free(host_facts.memory_used(g))]
+        busy = [g for g in gpus if not gpu_memory.is_free(g, lock_dir())]
         if not busy or time.monotonic() - t0 >= timeout_s:
             return time.monotonic() - t0, busy
         time.sleep(POLL_S)
@@ -331,7 +328,7 @@ def best_group(gpus: list[str], want: int) -> tuple[str, ...]:
     before the CPU's interconnect), then the earliest in the pool."""
     if math.comb(len(gpus), want) > MAX_GROUPS:
         return tuple(gpus[:want])
-    busy = {g for g in gpus if not is_free(host_facts.memory_used(g))}
+    busy = {g for g in gpus if not gpu_memory.is_free(g, lock_dir())}
     links = {pair: host_facts.link(*pair) for pair in host_facts.pairs(gpus)}
 
     def cost(group: tuple[str, ...]) -> tuple:
@@ -339,11 +336,6 @@ def best_group(gpus: list[str], want: int) -> tuple[str, ...]:
         return len(busy.intersection(group)), host_facts.link_rank(slowest), [gpus.index(g) for g in group]
 
     return min(itertools.combinations(gpus, want), key=cost)
-
-
-def is_free(used: int | None) -> bool:
-    """Whether a GPU with this much memory in use (None: NVML cannot say) counts as free."""
-    return used is None or used <= FREE_MEMORY_MIB * MIB
 
 
 def make_shared_dir(folder: Path) -> None:

@@ -223,13 +223,15 @@ def provision_server(version: str, sha256: str, *, log_path: Path, source: Path 
     where it stopped on the next call instead of starting over.
     """
     flags = (*CMAKE_FLAGS, *cuda_flags(cuda_arch, flash_attention=flash_attention))
-    local_flags, notes = cuda_library_flags() if cuda_arch else ((), [])
-    for note in notes:  # what the build found, said before it starts (issue 40.4)
-        progress(note)
     flags_key = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:8]
 
     def build(staging: Path, final: Path) -> dict:
         require_tools()
+        # This machine's toolkit is looked for only where a build runs: a server found in the cache
+        # (one built elsewhere and carried, issue 40.2) needs no compiler here.
+        local_flags, notes = cuda_library_flags() if cuda_arch else ((), [])
+        for note in notes:  # what the build found, said before it starts (issue 40.4)
+            progress(note)
         with tempfile.TemporaryDirectory(prefix="specsweep-build-", dir=cache_dir()) as tmp:
             where = Path(build_dir) / f"{version}-{flags_key}" if build_dir else Path(tmp)
             sdist = (local_source(source, version, sha256) if source else

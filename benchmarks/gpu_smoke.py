@@ -5,16 +5,19 @@ checkout with the carry that benchmarks/gpu_carry.sh made beside it (docs/gpus.m
 
     python3 benchmarks/gpu_smoke.py --carry .gpu --out "$OUT"
 
-Each stage is a subprocess with its own time limit (STAGES: the GPU column adds up to 535 s), and
-the JSON ($OUT/gpu_smoke.json) is written again after every stage, so a call cut short still says
-what was done and where it stopped; each stage's log lies beside it:
+Each stage is a subprocess with its own time limit (STAGES), and $OUT's two files, the JSON
+(gpu_smoke.json) and every log in one archive (logs.tar.xz), are written again after every stage,
+so a call cut short still says what was done and where it stopped; the output ends with a plain
+summary that fits the 12,000 characters sure to come back. A server built beforehand and carried
+(gpu_carry.sh --server) is unpacked into the work cache first, so the build stage finds it:
 
 1. install: the carried wheels (Snakemake and what the image lacks) into WORK/site, no index.
 2. import: the checkout's specsweep, not installed (workflow/ on PYTHONPATH), loads the smoke
    study against its own schema, and Snakemake imports.
 3. offline: everything the study takes from the package index is in the carried cache
    (``specsweep provision check``: where no index answers, a missing piece fails here).
-4. build: llama-server from the carried source archive with CUDA for Hopper (90-real, without the
+4. build: the carried server found in the cache, else llama-server from the carried source
+   archive with CUDA for Hopper (90-real, without the
    flash-attention kernels the tiny model cannot use), Ninja, in WORK/build: a second call
    continues a build the first one's limit cut short.
 5. model: a tiny random-weight Llama GGUF written by llama.cpp's own gguf-py (no hub, no torch).
@@ -408,6 +411,9 @@ def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) 
         tar.extractall(cache, filter="data")
     manifest = json.loads((cache / name / "manifest.json").read_text())
     binary = cache / name / "bin" / Path(manifest["binary"]).name
+    # Named where it lies now: where the build machine's path also exists (the rehearsal, same
+    # machine), the cache would otherwise read the manifest as naming that one.
+    (cache / name / "manifest.json").write_text(json.dumps({**manifest, "binary": str(binary)}, indent=1) + "\n")
     entry = {"archive": archive.name, "bytes": archive.stat().st_size, "cuda_arch": manifest.get("cuda_arch"),
              "built_at": manifest.get("built_at"), "binary": str(binary)}
     if bool(manifest.get("cuda_arch")) != gpu:

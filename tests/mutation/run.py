@@ -47,14 +47,16 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "study/prompts.py",
     "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
     "measure/quiet_host.py", "measure/leases.py", "servers/backends/sglang.py", "measure/goodput.py", "spec.py",
-    "measure/host_facts.py", "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py",
+    "measure/host_facts.py", "measure/gpu_memory.py",
+    "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
     "tests/unit/measure/test_client.py", "tests/workflow/test_faults.py", "tests/unit/measure/test_workload.py",
     "tests/unit/analysis/test_aggregate.py", "tests/unit/records/test_store.py", "tests/unit/records/test_result.py",
     "tests/unit/measure/test_section_stats_and_signatures.py", "tests/unit/study/test_prompts.py",
     "tests/workflow/test_rerun.py", "tests/unit/study/test_grid_axes.py", "tests/unit/measure/test_quiet_host.py",
-    "tests/unit/measure/test_leases.py", "tests/workflow/test_secrets.py", "tests/unit/analysis/test_verdict.py",
+    "tests/unit/measure/test_leases.py", "tests/unit/measure/test_gpu_memory.py",
+    "tests/workflow/test_secrets.py", "tests/unit/analysis/test_verdict.py",
     "tests/unit/analysis/test_race.py",
     "tests/workflow/test_launches.py",
     "tests/unit/servers/test_backends.py", "tests/workflow/test_sglang_standin.py",

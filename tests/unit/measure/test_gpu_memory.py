@@ -65,3 +65,22 @@ def test_a_reading_while_a_process_is_listed_sets_no_level(nvml):
     assert not list(leases.lock_dir().glob("idle-memory-GPU-00000000-*.json"))  # not an idle reading
     nvml(h200_box(memory_used=600 * MIB, pids=[4242]))
     assert not gpu_memory.is_free("0", leases.lock_dir())
+
+
+def test_the_margin_above_the_level_is_the_last_byte_that_counts_as_free(nvml):
+    margin = gpu_memory.BUSY_MARGIN_MIB * MIB
+    nvml(h200_box(memory_used=margin, pids=[4242]))  # no idle reading: the level is 0
+    assert gpu_memory.is_free("0", leases.lock_dir())
+    nvml(h200_box(memory_used=margin + 1, pids=[4242]))
+    assert not gpu_memory.is_free("0", leases.lock_dir())
+
+
+def test_a_small_gpus_idle_level_may_reach_a_gib_whatever_its_share(nvml):
+    """2% of 8 GiB is 164 MiB; a small GPU's driver may still reserve more than that when idle."""
+    nvml(h200_box(memory_v2=False, memory_total=8 * GIB, memory_reserved=900 * MIB))
+    assert gpu_memory.is_free("0", leases.lock_dir())
+
+
+def test_a_gpu_nvml_cannot_read_counts_as_free(nvml):
+    assert host_facts.memory_reading("7") is None  # the table has four GPUs
+    assert gpu_memory.is_free("7", leases.lock_dir())

@@ -141,11 +141,11 @@ def pack_logs(logs: Path, archive: Path, *, limit: int = RETURN_BYTES) -> dict:
         tmp = archive.with_name(f".{archive.name}.tmp")
         with tarfile.open(tmp, "w:xz") as tar:
             for path in files:
-                data = path.read_bytes()
-                cut = tail is not None and len(data) > tail
-                info = tarfile.TarInfo(str(path.relative_to(logs)) + (".tail" if cut else ""))
-                info.size, info.mtime = len(data[-tail:] if cut else data), int(path.stat().st_mtime)
-                tar.addfile(info, io.BytesIO(data[-tail:] if cut else data))
+                whole = path.read_bytes()
+                data = whole[-tail:] if tail is not None else whole
+                info = tarfile.TarInfo(str(path.relative_to(logs)) + (".tail" if len(data) < len(whole) else ""))
+                info.size, info.mtime = len(data), int(path.stat().st_mtime)
+                tar.addfile(info, io.BytesIO(data))
         os.replace(tmp, archive)
         if archive.stat().st_size < limit:
             break
@@ -411,9 +411,6 @@ def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) 
         tar.extractall(cache, filter="data")
     manifest = json.loads((cache / name / "manifest.json").read_text())
     binary = cache / name / "bin" / Path(manifest["binary"]).name
-    # Named where it lies now: where the build machine's path also exists (the rehearsal, same
-    # machine), the cache would otherwise read the manifest as naming that one.
-    (cache / name / "manifest.json").write_text(json.dumps({**manifest, "binary": str(binary)}, indent=1) + "\n")
     entry = {"archive": archive.name, "bytes": archive.stat().st_size, "cuda_arch": manifest.get("cuda_arch"),
              "built_at": manifest.get("built_at"), "binary": str(binary)}
     if bool(manifest.get("cuda_arch")) != gpu:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from specsweep.measure import host_facts
+from specsweep.records import store
 
 MIB = 1 << 20
 BUSY_MARGIN_MIB = 256  # above its idle level a GPU holds someone's memory (a CUDA context: ~500 MiB)
@@ -49,14 +49,11 @@ def idle_level(gpu: str, reading: host_facts.MemoryReading, folder: Path) -> int
 
 
 def _write(path: Path, doc: dict) -> None:
-    """Best effort, atomic: a folder this job cannot write only means the level is not kept."""
+    """Best effort: a folder this job cannot write only means the level is not kept."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh)
-        os.chmod(tmp, 0o666)  # every user's jobs share the level, as they share the locks
-        os.replace(tmp, path)
+        store.write_json_atomic(path, doc)
+        os.chmod(path, 0o666)  # every user's jobs share the level, as they share the locks
     except OSError:
         pass
 

@@ -104,12 +104,11 @@ def valid_manifest(manifest_path: Path, key: str) -> dict | None:
 
 
 def relocated(manifest: dict, folder: Path, key: str) -> dict:
-    """The manifest with its paths moved into ``folder`` when the recorded one is gone: a manifest
-    names its artifacts inside the folder it was written in, so the artifact's path tail (one to
-    three parts) found under the folder tells where that folder was."""
+    """The manifest with its paths moved into ``folder``: a manifest names its artifacts inside the
+    folder it was written in, so the artifact's path tail (one to three parts) found under the
+    folder tells where that folder was. The folder's own copy wins even where the recorded path
+    still exists (a cache copied on the machine it was made on names the copy, not the original)."""
     recorded = Path(manifest[key])
-    if recorded.is_file():
-        return manifest
     for depth in (1, 2, 3):
         tail = Path(*recorded.parts[-depth:])
         if (folder / tail).is_file():

@@ -6,11 +6,13 @@ import copy
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -37,7 +39,7 @@ from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
 
 # The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it.
-pytest_plugins = ["gpu_box"]
+pytest_plugins = ["gpu_box", "tiers"]
 
 PYTHON_BIN = str(Path(sys.executable).parent)
 
@@ -152,6 +154,60 @@ def embedded() -> dict:
     return {"binary": binary, "model": model}
 
 
+@dataclass(frozen=True)
+class SharedStudy:
+    folder: Path  # the study folder: results/, logs/, .snakemake/
+    output: str  # what the three runs printed
+    secrets: tuple[str, ...]  # planted in the environment: none may be written or printed
+
+
+@pytest.fixture(scope="session")
+def shared_study(embedded, tmp_path_factory) -> SharedStudy:
+    """The suite's one real sweep for every test that only reads a study: the main command on a small
+    study with a keyed server (a key and two tokens planted in the environment), one configuration
+    excluded, then its report and its archive. Read by tests/e2e/test_workflow_real.py (the results
+    themselves), test_study_archive.py (secrets, report, archive). Made at run time: a literal secret
+    here would be found in the archive's copy of this very file."""
+    work = tmp_path_factory.mktemp("shared-study")
+    planted = {name: f"{prefix}{secrets.token_hex(8)}" for name, prefix in (
+        ("SPECSWEEP_TEST_API_KEY", "sk-planted-"), ("HF_TOKEN", "hf_planted_"), ("VLLM_API_KEY", "vllm-planted-"))}
+    doc = small_study()
+    doc["server"] = {**doc["server"], "api_key_env": "SPECSWEEP_TEST_API_KEY",
+                     "command": doc["server"]["command"] + ["--api-key", "{api_key}"]}
+    doc["exclude"] = [{"budget": 4, "context": 64, "reason": "left out to show an exclusion"}]
+    doc["grid"]["budget"] = [0, 2, 4]
+    env = {**os.environ, **planted}
+    output = []
+    for extra, targets in (((), ()), (("--report", "results/report.html"), ()), ((), ("results/study.tar.gz",))):
+        rc, out = finish(run_workflow(work, doc, *targets, extra=extra, env=env), timeout=900)
+        assert rc == 0, out[-3000:]
+        output.append(out)
+    return SharedStudy(work, "\n".join(output), tuple(planted.values()))
+
+
+@pytest.fixture(scope="session")
+def run_folder(tmp_path_factory) -> Path:
+    """A folder this test run's xdist workers share (the session's own without workers): what an
+    early test prepares in the parallel phase, an alone test finds there (made_once)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(folder: Path, make) -> Path:
+    """``make(folder)`` once per run, whichever worker asks first; the others wait for it."""
+    import fcntl
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
 def benchmark_module(name: str):
     """A script of benchmarks/ loaded as a module (they are scripts, not part of the package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
@@ -179,7 +235,8 @@ def run_workflow(workdir: Path, config: dict, *targets: str, extra: tuple[str, .
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--configfile", str(workdir / "study.yaml"), "--cores", "1", *extra, *(targets or ("results/summary.png",)),
     ]
-    env = {**os.environ, "PATH": PYTHON_BIN + os.pathsep + os.environ.get("PATH", "")}
+    env = popen.pop("env", os.environ)
+    env = {**env, "PATH": PYTHON_BIN + os.pathsep + env.get("PATH", "")}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
 
 
@@ -207,8 +264,17 @@ SGLANG_STANDIN = str(DOUBLES / "sglang_standin.py")
 NAME = "tp1-b0-ctx16"
 
 
-def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002, **server) -> dict:
-    """Warmup is request 1; short = requests 2-3, medium = 4-5, long = 6."""
+# The quiet-host guard of a study that tests mechanics (a fault caught, a file written, a job planned)
+# and runs beside other such tests on the xdist workers (tests/tiers.py): a neighbour's CPU must
+# not turn the test's result into host-not-quiet. The guard's own verdicts are tested alone
+# (tests/unit/measure/test_quiet_host.py, tests/workflow/test_quiet_host_cli.py, tests/e2e).
+SHARED_GUARD = {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0}
+
+
+def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002, guard: dict = SHARED_GUARD,
+                **server) -> dict:
+    """Warmup is request 1; short = requests 2-3, medium = 4-5, long = 6. ``guard``: the quiet-host
+    settings ({}: the schema's, for a test that runs alone)."""
     return validate_study({
         "model": {"path": str(model)},
         "server": {
@@ -219,6 +285,7 @@ def fault_study(model: Path, fault: str = "none", *, token_delay: float = 0.002,
             "startup_timeout_s": 10, "stall_timeout_s": 1.5, **server,
         },
         "grid": {"budget": [0], "tp": [1], "context": [16]},
+        "quiet_host": dict(guard),
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},
             {"name": "medium", "output_tokens": 8, "requests": 2},
@@ -241,10 +308,13 @@ def goodput_study(model: Path, fault: str = "none", **objective) -> dict:
 
 
 def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:
+    """The CLI on the study's first configuration, with the study's quiet-host settings as the rule
+    passes them (a later --quiet-host in ``extra`` wins)."""
     spec = expand_grid(study)[0]
     cmd = [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
            "--out", str(tmp_path / "runs" / f"{NAME}.json"), "--server-log", str(tmp_path / "server.log"),
-           "--failures-dir", str(tmp_path / "failures"), *extra]
+           "--failures-dir", str(tmp_path / "failures"),
+           "--quiet-host", json.dumps(study.get("quiet_host", {})), *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

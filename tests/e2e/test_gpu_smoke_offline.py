@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, copy_checkout
+from conftest import REPO, copy_checkout, made_once
 
 pytestmark = pytest.mark.e2e
 CARRY_LIMIT = 64 << 20  # what travels with the working tree to the GPU machine
@@ -38,12 +38,10 @@ def device_command() -> str:
     return command
 
 
-@pytest.fixture(scope="module")
-def machine(tmp_path_factory, embedded) -> dict:
+def prepare_machine(root: Path, embedded: dict) -> None:
     """A fresh clone with its carry (this run's CPU server in it, built beforehand as the GPU's is),
     and a Python standing in for the GPU image's: a second CPU build of the same source with the
     same flags would cost the suite 7-11 minutes and prove nothing new."""
-    root = tmp_path_factory.mktemp("gpu-machine")
     clone = copy_checkout(root / "clone")
     manifest = Path(embedded["binary"]).parents[1] / "manifest.json"
     made = subprocess.run(["bash", "benchmarks/gpu_carry.sh", "--python-version", PYTHON_VERSION, "--server",
@@ -51,14 +49,21 @@ def machine(tmp_path_factory, embedded) -> dict:
                           env={**os.environ, "PYTHON": sys.executable})
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     carry = json.loads((clone / ".gpu" / "carry.json").read_text())
-    server = json.loads(manifest.read_text())
     image = root / "image"
     subprocess.run([sys.executable, "-m", "venv", str(image)], check=True, timeout=300)
     # What the image gives of specsweep's needs (gpu_carry.sh's from_image), and NVML's binding.
     installed = subprocess.run([str(image / "bin" / "python3"), "-m", "pip", "install", "-q", *carry["from_image"],
                                 "nvidia-ml-py"], capture_output=True, text=True, timeout=900)
     assert installed.returncode == 0, installed.stderr[-3000:]
-    return {"root": root, "clone": clone, "carry": carry, "image": image, "server": server}
+
+
+@pytest.fixture(scope="module")
+def machine(run_folder, embedded) -> dict:
+    """The GPU machine stand-in, prepared once a run (by the early carry test, in the parallel phase)."""
+    root = made_once(run_folder / "gpu-machine", lambda folder: prepare_machine(folder, embedded))
+    manifest = Path(embedded["binary"]).parents[1] / "manifest.json"
+    return {"root": root, "clone": root / "clone", "carry": json.loads((root / "clone" / ".gpu" / "carry.json")
+            .read_text()), "image": root / "image", "server": json.loads(manifest.read_text())}
 
 
 def run_device(machine: dict, out: Path, *extra: str, where: Path | None = None) -> tuple[int, dict, str]:
@@ -91,6 +96,7 @@ def stages(report: dict) -> dict[str, str]:
     return {s["stage"]: s["status"] for s in report["stages"]}
 
 
+@pytest.mark.early  # it prepares the machine the alone tests below use, in the parallel phase
 def test_the_carry_fits_and_leaves_nothing_to_the_index(machine):
     carry = machine["carry"]
     assert carry["bytes"] < CARRY_LIMIT and carry["python_version"] == PYTHON_VERSION

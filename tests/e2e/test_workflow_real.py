@@ -1,4 +1,4 @@
-"""The real workflow against the real llama-server and model: a small sweep, then a real crash.
+"""The real workflow against the real llama-server and model: the suite's shared sweep, then a real crash.
 
 These build (once per machine, cached) and launch the embedded llama-server; nothing is faked.
 """
@@ -58,22 +58,25 @@ def _check_result(doc: dict) -> None:
         assert all(s["draft_tokens"] == 0 for s in doc["sections"])
 
 
-def test_small_sweep_end_to_end(embedded, tmp_path):
-    rc, out = finish(run_workflow(tmp_path, small_study()))
-    assert rc == 0, out
-    runs = measured(tmp_path / "results/runs")
-    assert runs == ["tp1-b0-ctx64", "tp1-b4-ctx64"]
+def test_the_shared_study_measured_each_configuration_end_to_end(shared_study):
+    """The suite's shared real sweep (conftest.shared_study): budgets 0 and 2 measured, 4 excluded."""
+    folder = shared_study.folder
+    runs = measured(folder / "results/runs")
+    assert runs == ["tp1-b0-ctx64", "tp1-b2-ctx64"]
     for name in runs:
-        _check_result(load(result_path(tmp_path / "results/runs", name)))
-    summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert len(summary) == 2 * 3 and set(summary["status"]) == {"ok"}
-    base = summary[summary["budget"] == 0]
+        _check_result(load(result_path(folder / "results/runs", name)))
+    summary = pd.read_csv(folder / "results/summary.csv")
+    assert len(summary) == 3 * 3 and set(summary["status"]) == {"ok", "excluded"}
+    ok = summary[summary["status"] == "ok"]
+    assert set(ok["budget"]) == {0, 2} and (summary[summary["status"] == "excluded"]["budget"] == 4).all()
+    assert summary[summary["status"] == "excluded"]["output_tok_s"].isna().all()  # never drawn as zero
+    base = ok[ok["budget"] == 0]
     assert (base["speedup"] == 1.0).all()
-    assert summary["speedup"].notna().all() and (summary["output_tok_s"] > 0).all()
-    png = tmp_path / "results/summary.png"
+    assert ok["speedup"].notna().all() and (ok["output_tok_s"] > 0).all()
+    png = folder / "results/summary.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "logs/server/tp1-b4-ctx64/launch1.log").stat().st_size > 0
-    assert not (tmp_path / "results/failures").exists()
+    assert (folder / "logs/server/tp1-b2-ctx64/launch1.log").stat().st_size > 0
+    assert not (folder / "results/failures").exists()
 
 
 def _wait_for_section(log: Path, section: str, timeout: float = 600) -> int:

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
+
+# doctor judges this host (is it quiet now, is the embedded server built): alone, after the builds.
+pytestmark = pytest.mark.alone
 
 
 def doctor_cli(study: Path, cwd: Path, **env) -> subprocess.CompletedProcess:

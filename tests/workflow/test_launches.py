@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import FAULT_SERVER, finish, run_workflow
+from conftest import FAULT_SERVER, SHARED_GUARD, finish, run_workflow
 from specsweep.records.result import Result
 
 
@@ -26,6 +26,7 @@ def study(tmp_path: Path, *, budgets=(0, 4), speeds="0:1,4:2", noise=0.0, launch
                                "--starts", str(tmp_path / "starts"), *extra],
                    "speculative_args": ["--budget", "{budget}"], "stall_timeout_s": 2},
         "grid": {"budget": list(budgets), "tp": [1], "context": [16]},
+        "quiet_host": SHARED_GUARD,  # mechanics, beside other tests (conftest.SHARED_GUARD)
         "retries": 0,
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "launches": launches,
                      "sections": [{"name": "short", "output_tokens": 24, "requests": 2}]},

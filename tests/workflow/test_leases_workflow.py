@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import FAULT_SERVER, finish, run_workflow
+from conftest import FAULT_SERVER, SHARED_GUARD, finish, run_workflow
 
 # The jobs queued at the lock start up (imports, Snakemake's own work) while another measures:
 # these tests are about who measures when, so the quiet-host guard is set out of the way here.
-RELAXED = {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0}
 
 
 def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> dict:
@@ -36,7 +35,7 @@ def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> d
                    # lock, not Snakemake's core count, is what keeps them apart.
                    "threads": 1},
         "grid": {"budget": list(budgets), "tp": list(tps), "context": [16]},
-        "quiet_host": RELAXED,
+        "quiet_host": SHARED_GUARD,
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},
             {"name": "medium", "output_tokens": 8, "requests": 2}]},

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import FAULT_SERVER, finish, run_workflow
+from conftest import FAULT_SERVER, SHARED_GUARD, finish, run_workflow
 
 B0, B2 = "tp1-b0-ctx16", "tp1-b2-ctx16"
 
@@ -31,6 +31,7 @@ def study(tmp_path: Path, name: str = "rerun") -> dict:
         "server": {"binary": sys.executable, "command": ["{binary}", FAULT_SERVER, "--port", "{port}"],
                    "speculative_args": ["--budget", "{budget}"], "stall_timeout_s": 2},
         "grid": {"budget": [0, 2], "tp": [1], "context": [16]},
+        "quiet_host": SHARED_GUARD,  # mechanics, beside other tests (conftest.SHARED_GUARD)
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2}]},
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SGLANG_STANDIN, load
+from conftest import REPO, SGLANG_STANDIN, SHARED_GUARD, load
 from specsweep import study
 from specsweep.errors import InvalidResponse
 from specsweep.measure import client
@@ -141,7 +141,7 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
             {"name": "short", "output_tokens": 16, "requests": 2},
             {"name": "long", "output_tokens": 48, "requests": 1}]},
         # These tests are about the wire format; the quiet-host guard has tests of its own (test_quiet_host.py).
-        "quiet_host": {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0},
+        "quiet_host": SHARED_GUARD,
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -28,7 +28,8 @@ def test_hangs():
 def _inner_pytest(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     """pytest on one hanging test, under this suite's conftest."""
     pidfile = tmp_path / "child.pid"
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    for plugin in ("conftest.py", "tiers.py"):  # the conftest and the plugin it names
+        shutil.copy(TESTS / plugin, tmp_path / plugin)
     for folder in ("mutation", "doubles"):  # what the conftest imports (doubles: its gpu_box plugin)
         shutil.copytree(TESTS / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "test_hang.py").write_text(HANGING_TEST.format(pidfile=str(pidfile)))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FAULT_SERVER, PYTHON_BIN, REPO
+from conftest import FAULT_SERVER, PYTHON_BIN, REPO, SHARED_GUARD
 
 DONE = "specsweep-test-done"
 
@@ -29,6 +29,7 @@ def study(tmp_path: Path, fault: str = "none") -> dict:
         "server": {"binary": sys.executable, "command": ["{binary}", FAULT_SERVER, "--port", "{port}"],
                    "speculative_args": ["--fault", fault, "--budget", "{budget}"], "stall_timeout_s": 2},
         "grid": {"budget": [0, 2], "tp": [1], "context": [16]},
+        "quiet_host": SHARED_GUARD,  # mechanics, beside other tests (conftest.SHARED_GUARD)
         "retries": 0,
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [
             {"name": "short", "output_tokens": 8, "requests": 2},

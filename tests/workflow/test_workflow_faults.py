@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import FAULT_SERVER, finish, run_workflow
+from conftest import FAULT_SERVER, SHARED_GUARD, finish, run_workflow
 
 
 def study(tmp_path: Path, fault: str, **extra) -> dict:
@@ -23,6 +23,7 @@ def study(tmp_path: Path, fault: str, **extra) -> dict:
                    "speculative_args": ["--fault", fault, "--budget", "{budget}"],
                    "stall_timeout_s": 2},
         "grid": {"budget": [0, 2, 4], "tp": [1], "context": [16]},
+        "quiet_host": SHARED_GUARD,  # mechanics, beside other tests (conftest.SHARED_GUARD)
         "retries": 1,
         "exclude": [{"budget": 4, "reason": "known crash on this GPU"}],
         "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 1, "sections": [

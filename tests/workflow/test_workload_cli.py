@@ -29,6 +29,7 @@ def _with_sections(study: dict, **section) -> dict:
     return study
 
 
+@pytest.mark.alone  # each request left within 50 ms of its time: a timing the host must not disturb
 def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
     study = _with_sections(fault_study(model), request_rate=20.0, concurrency=2)
     rc, err = run_cli(tmp_path, study)

@@ -84,3 +84,14 @@ def test_a_version_3_result_of_main_at_3546885_reads_its_lease_and_quiet_host_fi
     assert result.lease == {k: v for k, v in raw["isolation"].items() if k != "guard"} and result.lease["devices"]
     for section, before in zip(result.sections, raw["sections"]):
         assert section["quiet_host"] == before["host_load"] and "host_load" not in section
+
+
+def test_an_older_result_is_migrated_and_a_newer_one_refused():
+    spec = study.expand_grid(study.validate_study({}))[0]
+    doc = result_doc(spec)
+    old = {k: v for k, v in doc.items() if k not in ("provenance", "hardware")} | {"schema_version": 1}
+    migrated = Result.from_json(old)
+    assert migrated.provenance == {"migrated_from": 1} and migrated.to_json()["schema_version"] == 5
+    with pytest.raises(store.InvalidResult, match="schema version 99"):
+        Result.from_json({**doc, "schema_version": 99})
+    assert Result.from_json(doc).summary_rows()[0]["output_tok_s"] == doc["sections"][0]["output_tok_s"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, copy_checkout, made_once
+from conftest import REPO, copy_checkout, first_in_line, made_once
 
 pytestmark = pytest.mark.e2e
 CARRY_LIMIT = 64 << 20  # what travels with the working tree to the GPU machine
@@ -46,20 +46,20 @@ def prepare_machine(root: Path, embedded: dict) -> None:
     manifest = Path(embedded["binary"]).parents[1] / "manifest.json"
     made = subprocess.run(["bash", "benchmarks/gpu_carry.sh", "--python-version", PYTHON_VERSION, "--server",
                            str(manifest)], cwd=clone, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHON": sys.executable})
+                          env={**os.environ, "PYTHON": sys.executable}, preexec_fn=first_in_line)
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
     carry = json.loads((clone / ".gpu" / "carry.json").read_text())
     image = root / "image"
     subprocess.run([sys.executable, "-m", "venv", str(image)], check=True, timeout=300)
     # What the image gives of specsweep's needs (gpu_carry.sh's from_image), and NVML's binding.
     installed = subprocess.run([str(image / "bin" / "python3"), "-m", "pip", "install", "-q", *carry["from_image"],
-                                "nvidia-ml-py"], capture_output=True, text=True, timeout=900)
+                                "nvidia-ml-py"], capture_output=True, text=True, timeout=900, preexec_fn=first_in_line)
     assert installed.returncode == 0, installed.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def machine(run_folder, embedded) -> dict:
-    """The GPU machine stand-in, prepared once a run (by the early carry test, in the parallel phase)."""
+    """The GPU machine stand-in, prepared once a run (by the early carry test, in the shared phase)."""
     root = made_once(run_folder / "gpu-machine", lambda folder: prepare_machine(folder, embedded))
     manifest = Path(embedded["binary"]).parents[1] / "manifest.json"
     return {"root": root, "clone": root / "clone", "carry": json.loads((root / "clone" / ".gpu" / "carry.json")

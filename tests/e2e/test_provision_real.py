@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, first_in_line
 from specsweep.servers.backends import vllm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.early]
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.early]
 def provision(what: str, study: str, log: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specsweep", "provision", what, "--config",
                            str(REPO / "config" / study), "--log", str(log)], capture_output=True, text=True,
-                          timeout=1500)
+                          timeout=1500, preexec_fn=first_in_line)
 
 
 @pytest.mark.parametrize("study, parts", [

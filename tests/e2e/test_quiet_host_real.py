@@ -21,7 +21,8 @@ def quiet_study(retries: int = 0) -> dict:
     # One short section: beside a hog the server runs at a few tok/s, and the guard's verdict needs
     # a section, not a long one.
     study = small_study(grid={"budget": [0], "tp": [1], "context": [64]}, retries=retries)
-    study["workload"]["sections"] = [{"name": "short", "output_tokens": 8, "requests": 1, "concurrency": 1}]
+    study["workload"].update(warmup_output_tokens=2, repeats=1,
+                             sections=[{"name": "short", "output_tokens": 8, "requests": 1, "concurrency": 1}])
     return study
 
 

@@ -134,7 +134,9 @@ exec {embedded['binary']} "$@"
     (tmp_path / "break-b4").touch()
     study = small_study(grid={"budget": [0, 2, 4], "tp": [1], "context": [64]}, retries=0)
     study["server"] = {**study["server"], "binary": str(wrapper)}
-    study["workload"] = {**study["workload"], "repeats": 1}
+    # The jobs and the rerun are what this test proves: one short section each.
+    study["workload"] = {**study["workload"], "repeats": 1,
+                         "sections": [{"name": "short", "output_tokens": 8, "requests": 1, "concurrency": 1}]}
     before = set(slurm_jobs())
 
     rc, out = run_on_slurm(tmp_path, study)

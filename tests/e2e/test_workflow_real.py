@@ -94,6 +94,10 @@ def _wait_for_section(log: Path, section: str, timeout: float = 600) -> int:
 def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it(embedded, tmp_path):
     # No retry: this test wants the failed job to stay failed until the second run.
     study = small_study(grid={"budget": [0, 4, 8], "tp": [1], "context": [64]}, retries=0)
+    # Long enough a medium section to be killed inside its first request; the rest as short as can be.
+    study["workload"].update(repeats=1, sections=[{"name": "short", "output_tokens": 8, "requests": 1},
+                                                  {"name": "medium", "output_tokens": 48, "requests": 1},
+                                                  {"name": "long", "output_tokens": 8, "requests": 1}])
     victim = "tp1-b4-ctx64"
     proc = run_workflow(tmp_path, study)
     pid = _wait_for_section(tmp_path / f"logs/runs/{victim}/launch1.log", "medium")

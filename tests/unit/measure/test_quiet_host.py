@@ -59,6 +59,24 @@ def test_quiet_host_fails_a_section_above_its_threshold_and_passes_one_below():
     quiet_host.check("section short", _load(1.0, wall=0.04), SETTINGS, [100.0], closed_loop=True)
 
 
+def test_the_limit_and_the_floor_themselves_pass_and_the_refusal_names_every_process():
+    """From the mutation run of 2026-12-04: at exactly max_foreign_cores, or exactly the clock-tick
+    floor of others' CPU, a section passes; the refusal lists each top process and, where the server's
+    waiting could not be read, says its cores had none idle."""
+    at_limit = _load(0.25)
+    quiet_host.check("section short", at_limit, SETTINGS, [100.0], closed_loop=True)
+    at_floor = {**_load(1.0), "cpu_s": quiet_host.FLOOR_CPU_S}
+    quiet_host.check("section short", at_floor, SETTINGS, [100.0], closed_loop=True)
+    two = {**_load(0.6), "server_wait_cores": None,
+           "top": [{"pid": 9, "name": "hog", "cpu_s": 1.2}, {"pid": 10, "name": "cc1plus", "cpu_s": 0.3}]}
+    with pytest.raises(HostNotQuiet, match=r"\(the server's cores had none idle, while .*: hog \(pid 9\) 1\.2 s, "
+                                           r"cc1plus \(pid 10\) 0\.3 s\)"):
+        quiet_host.check("section short", two, SETTINGS, [100.0], closed_loop=True)
+    strangers = [{"pid": 7, "gpu": "0", "visible": True}, {"pid": 8, "gpu": "1", "visible": True}]
+    with pytest.raises(HostNotQuiet, match=r"other processes on the job's GPUs: pid 7 on GPU 0, pid 8 on GPU 1$"):
+        quiet_host.check("section short", _load(0.0, gpu=strangers), SETTINGS, [100.0], closed_loop=True)
+
+
 def test_others_busy_while_the_server_never_waited_is_no_contention():
     """A 64-core host: daemons used 0.6 cores, the server found a CPU every time it was runnable."""
     quiet_host.check("section medium", _load(0.6, waited=0.01), SETTINGS, [100.0, 101.0], closed_loop=True)

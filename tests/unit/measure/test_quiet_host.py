@@ -13,7 +13,7 @@ import types
 import psutil
 import pytest
 
-from specsweep.errors import HostNotQuiet
+from specsweep.errors import GpuThrottled, HostNotQuiet
 from specsweep.measure import quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
@@ -60,9 +60,9 @@ def test_quiet_host_fails_a_section_above_its_threshold_and_passes_one_below():
 
 
 def test_the_limit_and_the_floor_themselves_pass_and_the_refusal_names_every_process():
-    """From the mutation run of 2026-12-04: at exactly max_foreign_cores, or exactly the clock-tick
-    floor of others' CPU, a section passes; the refusal lists each top process and, where the server's
-    waiting could not be read, says its cores had none idle."""
+    """From the mutation run of 2026-12-04: at exactly max_foreign_cores, the clock-tick floor of
+    others' CPU or max_repeat_spread, a section passes; each refusal lists every process, reason or
+    stranger, and says when the server's waiting could not be read."""
     at_limit = _load(0.25)
     quiet_host.check("section short", at_limit, SETTINGS, [100.0], closed_loop=True)
     at_floor = {**_load(1.0), "cpu_s": quiet_host.FLOOR_CPU_S}
@@ -72,6 +72,11 @@ def test_the_limit_and_the_floor_themselves_pass_and_the_refusal_names_every_pro
     with pytest.raises(HostNotQuiet, match=r"\(the server's cores had none idle, while .*: hog \(pid 9\) 1\.2 s, "
                                            r"cc1plus \(pid 10\) 0\.3 s\)"):
         quiet_host.check("section short", two, SETTINGS, [100.0], closed_loop=True)
+    quiet_host.check("section short", _load(0.0), SETTINGS, [75.0, 125.0], closed_loop=True)  # spread 0.5 exactly
+    hot = {"gpu": "0", "slowed_share": 0.5, "reasons": ["hw_slowdown", "sw_thermal", "sw_power_cap"], "samples": 10,
+           "sm_clock_mhz": {"min": 900, "max": 1980}, "temperature_c_max": 91}
+    with pytest.raises(GpuThrottled, match=r"GPU 0 ran slowed \(hw_slowdown, sw_thermal\) in 50% of 10 readings"):
+        quiet_host.check("section short", {**_load(0.0), "gpu_telemetry": [hot]}, SETTINGS, [100.0], closed_loop=True)
     strangers = [{"pid": 7, "gpu": "0", "visible": True}, {"pid": 8, "gpu": "1", "visible": True}]
     with pytest.raises(HostNotQuiet, match=r"other processes on the job's GPUs: pid 7 on GPU 0, pid 8 on GPU 1$"):
         quiet_host.check("section short", _load(0.0, gpu=strangers), SETTINGS, [100.0], closed_loop=True)

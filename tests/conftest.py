@@ -38,7 +38,8 @@ from specsweep.servers.backends import llama_server_build  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
 
-# The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it.
+# The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it; the
+# suite's two phases, the markers alone and early and their scheduler (tests/tiers.py).
 pytest_plugins = ["gpu_box", "tiers"]
 
 PYTHON_BIN = str(Path(sys.executable).parent)

@@ -35,6 +35,7 @@ sys.path.insert(0, str(DOUBLES))
 from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
 from specsweep.servers.backends import llama_server_build  # noqa: E402
+from specsweep.servers.provision import locked  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
 
@@ -207,12 +208,9 @@ def first_in_line() -> None:
 
 
 def made_once(folder: Path, make) -> Path:
-    """``make(folder)`` once per run, whichever worker asks first; the others wait for it."""
-    import fcntl
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """``make(folder)`` once per run, whichever worker asks first; the others wait for it (the
+    provisioning cache's own lock)."""
+    with locked(folder.parent / f".{folder.name}.lock"):
         if not (folder / ".made").exists():
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()

@@ -43,11 +43,7 @@ rule all:
 # Provisioning and aggregation run where Snakemake runs (a cluster's login node): provisioning
 # once for all jobs, not once per compute job; aggregation is cheap and reads shared results.
 localrules:
-    provision_llama_server,
-    provision_model,
-    provision_vllm,
-    provision_tiny_model,
-    provision_prompts,
+    provision,
     set_aside,
     summary_table,
     summary_plot,

@@ -6,7 +6,7 @@ sources and CMake's finding of cuBLAS checked before a GPU is lent, and the comp
 Needs nvcc (CUDA's compiler) and the package index: cuBLAS comes from NVIDIA's nvidia-cublas
 wheel (pinned below), installed into WORK/cublas and put on this Python's path, as the GPU
 image's Python has it. The build is the smoke check's (benchmarks/gpu_smoke.py: CUDA 90-real, no
-flash-attention kernels, Ninja) through the same `specsweep provision server`, in WORK/build,
+flash-attention kernels, Ninja) through the same `specsweep provision llama-server`, in WORK/build,
 kept: run again and it continues where it stopped (--stop-after cuts it short on purpose).
 
 Prints the wall time, the compile's own seconds summed over Ninja's steps (.ninja_log), and what
@@ -61,7 +61,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "specsweep", "provision", "llama-source", "--out", str(source)],
                        env=env, check=True)
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "specsweep", "provision", "server", "--source", str(source),
+    proc = subprocess.Popen([sys.executable, "-m", "specsweep", "provision", "llama-server", "--source", str(source),
                              "--cuda-arch", "90-real", "--no-flash-attention", "--build-dir", str(work / "build"),
                              "--log", str(work / "build.log"), "--out", str(work / "llama-server.json")], env=env)
     try:

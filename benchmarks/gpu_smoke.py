@@ -372,7 +372,7 @@ def environment(work: Path) -> dict:
 
 def pack_server(manifest: Path, carry: Path) -> dict:
     """A built server's cache folder (bin/llama-server and manifest.json) into CARRY/PREBUILT.
-    ``manifest``: the cache folder's manifest.json or the copy ``provision server --out`` wrote."""
+    ``manifest``: the cache folder's manifest.json or the copy ``provision llama-server --out`` wrote."""
     binary = Path(json.loads(manifest.read_text())["binary"])
     folder = binary.parents[1]
     archive = carry / PREBUILT
@@ -394,7 +394,7 @@ def missing_libraries(binary: Path, env: dict, log: Path) -> str | None:
 
 
 def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) -> dict | None:
-    """The carried server into the work cache, where the build stage's ``provision server`` finds
+    """The carried server into the work cache, where the build stage's ``provision llama-server`` finds
     it (the cache's key is the source and the flags, and a cache is read where it lies), when it
     is for this mode and the loader finds all it links; else removed, so that the build stage
     compiles. None where none was carried."""
@@ -449,7 +449,7 @@ def stages(args, report: Report, limits: dict[str, int], py: str, memory: dict) 
         ("import", [py, "-c", "import sys, snakemake, specsweep.cli as cli; "
                     f"sys.exit(cli.main(['grid', '--config', {str(study_file)!r}]))"]),
         ("offline", [py, "-m", "specsweep", "provision", "check", "--config", str(study_file)]),
-        ("build", [py, "-m", "specsweep", "provision", "server", "--source", source, *cuda, "--build-dir",
+        ("build", [py, "-m", "specsweep", "provision", "llama-server", "--source", source, *cuda, "--build-dir",
                    str(work / "build"), "--log", str(report.logs / "build-cmake.log"), "--out",
                    str(work / "llama-server.json")]),
         ("model", [py, "-m", "specsweep", "provision", "tiny-gguf", "--source", source, "--out",

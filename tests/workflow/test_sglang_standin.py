@@ -281,7 +281,7 @@ def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provision
     plain = _dry_run(tmp_path)
     assert re.search(r"run_configuration\s+28\b", plain)
     assert "--manifests results/provision/prompts-sharegpt.json --out" in plain
-    assert re.findall(r"rule (provision\w+)", plain) == ["provision_prompts"]  # no server or model to provision
+    assert re.findall(r"wildcards: target=(\S+)", plain) == ["prompts-sharegpt"]  # no server or model to provision
     assert ("# server: SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server "
             "--model-path /models/Qwen3.6-27B --tp 2") in plain
     assert re.search(r"resources: .*gpu=2", plain)

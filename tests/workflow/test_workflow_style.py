@@ -14,6 +14,7 @@ ANSWERED = {
     "Shell command directly uses variable PYTHON from outside of the rule:",
     "Shell command directly uses variable QUIET_HOST from outside of the rule:",
     "Environment variable PYTHONPATH used but not asserted with envvars directive:",
+    "Param results is a prefix of input or output file but hardcoded:",
 }
 
 

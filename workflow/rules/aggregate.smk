@@ -39,7 +39,7 @@ rule summary_table:
             labels={"item": "merged study configuration"},
         ),
     log:
-        "logs/aggregate/summary.log",
+        str(paths.SUMMARY_LOG),
     params:
         study=get_study_json,
         runs=str(paths.RUNS),
@@ -74,7 +74,7 @@ rule summary_plot:
             labels={"item": "per-user against per-GPU trade-off"},
         ),
     log:
-        "logs/aggregate/plot.log",
+        str(paths.PLOT_LOG),
     params:
         title=get_plot_title,
         facets=get_plot_facets,
@@ -91,7 +91,7 @@ rule archive:
     output:
         str(paths.ARCHIVE),
     log:
-        "logs/archive/archive.log",
+        str(paths.ARCHIVE_LOG),
     params:
         study=get_study_json,
     shell:

@@ -52,7 +52,7 @@ checkpoint race_round:
     output:
         paths.RACE_ROUND,
     log:
-        "logs/race/round{round}.log",
+        paths.RACE_LOG,
     params:
         study=get_study_json,
         runs=str(paths.RUNS),

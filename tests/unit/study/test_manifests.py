@@ -34,13 +34,21 @@ def test_manifests_in_any_order_are_each_put_where_their_content_says(tmp_path):
         manifests.resolve(spec, manifests.Handed(binary=server, model=model, prompts=other))
 
 
-def test_a_missing_or_hollow_manifest_is_refused_with_the_command_that_makes_it(tmp_path):
-    with pytest.raises(ConfigError, match=r"pass --server-manifest \(made by: snakemake --cores 1 "
-                                          r"results/provision/llama-server.json\)"):
-        manifests.holding(None, "binary")
+@pytest.mark.parametrize(("backend", "made_by"), [("llama-server", "llama-server"), ("vllm", "vllm")])
+def test_a_missing_manifest_is_refused_with_the_target_its_backend_makes_it_by(backend, made_by):
+    spec = study.find_spec(study.validate_study({"backend": backend, "server": {"binary": "embedded"},
+                                                 "model": {"path": "embedded"}, "workload": {"prompts_file": None},
+                                                 "grid": {"budget": [0], "tp": [1], "context": [64]}}),
+                           "tp1-b0-ctx64")
+    with pytest.raises(ConfigError, match=rf"pass --binary-manifest \(made by: snakemake --cores 1 "
+                                          rf"results/provision/{made_by}.json\)"):
+        manifests.resolve(spec, manifests.Handed())
+
+
+def test_a_hollow_or_broken_manifest_is_refused_with_the_command_that_remakes_it(tmp_path):
     hollow = write(tmp_path, "model.json", {"model": 3})
     with pytest.raises(ConfigError, match=r"must be a JSON object with a 'model' path; remake it with"):
-        manifests.holding(hollow, "model")
+        manifests.holding(hollow, "model", "model")
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot read manifest"):
-        manifests.holding(tmp_path / "broken.json", "model")
+        manifests.holding(tmp_path / "broken.json", "model", "model")

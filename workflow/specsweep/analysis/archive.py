@@ -33,7 +33,7 @@ INCLUDE = tuple(str(p) for p in (
     paths.RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.SET_ASIDE, paths.REPORT, paths.SUMMARY_CSV,
     paths.SUMMARY_PNG, paths.TRADEOFF_PNG, paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE, paths.PROVISION,
     paths.REPORT_HTML, paths.LOGS))
-LEAVE_OUT = ("logs/archive",)  # this rule's own log, written while the archive is made
+LEAVE_OUT = (str(paths.ARCHIVE_LOGS),)  # this rule's own log, written while the archive is made
 
 
 def frozen_config(config: dict) -> dict:

@@ -22,6 +22,7 @@ from specsweep.records.store import utc_now, write_json_atomic
 from specsweep.servers import backends, command, templates
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import EMBEDDED, RunSpec, Section, loads_named
+from specsweep.study import targets
 from specsweep.study.loading import check_spec_command, model_path_problem
 from specsweep.study.prompts import read_prompts_file
 
@@ -69,7 +70,7 @@ def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
         read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
     if spec.prompt_set and prompt_source is None:
         raise ConfigError(f"the spec uses prompt set {spec.prompt_set}; pass its manifest "
-                          f"(results/provision/prompts-{spec.prompt_set}.json)")
+                          f"({paths.manifest(targets.PROMPTS + spec.prompt_set)})")
 
 
 def check_model_path(spec: RunSpec) -> None:

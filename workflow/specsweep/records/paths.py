@@ -32,10 +32,19 @@ REPORT_FAILURES = REPORT / "failures.html"  # what has no result, and why
 REPORT_CONFIGURATIONS = REPORT / "configurations"  # one page per configuration, <name>.html
 REPORT_STUDY = REPORT / "study.html"  # the merged study configuration
 COMPARE = RESULTS / "compare"  # this study against compare.baseline
+COMPARE_CSV = COMPARE / "summary.csv"  # every cell of both studies, side by side
+COMPARE_REGRESSIONS = COMPARE / "regressions.csv"
+COMPARE_PNG = COMPARE / "ratio.png"
 ARCHIVE = RESULTS / "study.tar.gz"
 PROVISION = RESULTS / "provision"  # one manifest per provisioned target: <target>.json
 LOGS = Path("logs")
 SERVER_LOGS = LOGS / "server"  # one server log per configuration, <name>.log
+PROVISION_LOGS = LOGS / "provision"  # one per target: <target>.log (a build's output)
+SUMMARY_LOG = LOGS / "aggregate" / "summary.log"
+PLOT_LOG = LOGS / "aggregate" / "plot.log"
+ARCHIVE_LOGS = LOGS / "archive"  # the archive rule's log: left out of the archive it is written beside
+ARCHIVE_LOG = ARCHIVE_LOGS / "archive.log"
+COMPARE_LOG = LOGS / "compare" / "compare.log"
 
 # The rules' wildcard paths, as Snakemake takes them.
 RUN_RESULT = f"{RUNS}/{{name}}/launch{{launch}}.json"
@@ -44,12 +53,19 @@ SERVER_LOG = f"{SERVER_LOGS}/{{name}}/launch{{launch}}.log"
 RACE_ROUND = f"{RACE}/round{{round}}.json"
 SET_ASIDE_MARKER = f"{SET_ASIDE}/{{digest}}.json"
 SET_ASIDE_LOG = f"{LOGS}/set-aside/{{digest}}.log"
+RACE_LOG = f"{LOGS}/race/round{{round}}.log"
+PROVISION_MANIFEST = f"{PROVISION}/{{target}}.json"
+PROVISION_LOG = f"{PROVISION_LOGS}/{{target}}.log"
 _LAUNCH_FILE = re.compile(r"launch(\d+)\.json")
 
 
 def manifest(target: str) -> Path:
     """The manifest of a provisioned target (llama-server, model, prompts-sharegpt, ...)."""
     return PROVISION / f"{target}.json"
+
+
+def provision_log(target: str) -> Path:
+    return PROVISION_LOGS / f"{target}.log"
 
 
 def set_aside_marker(digest: str) -> Path:

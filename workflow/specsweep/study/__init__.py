@@ -1,6 +1,7 @@
 """A study: its file loaded and checked (loading), its grid of configurations (grid), the
 prompts its workload sends (prompts, prompt_sets), what it takes from the package index
-(offline), and the manifests of what was provisioned for it (manifests).
+(offline), what the pipeline provisions for it, one target each (targets), and the manifests of
+what was provisioned (manifests).
 
 The names below are the study's face for the rules and the command line: ``from specsweep
 import study`` then ``study.load_study(path)``, ``study.expand_grid(config)``.

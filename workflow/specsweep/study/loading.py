@@ -18,6 +18,7 @@ from specsweep.records import paths
 from specsweep.servers import backends, templates
 from specsweep.servers.command import server_argv, server_env
 from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.study import targets
 from specsweep.study.grid import check_unique_names, expand_grid
 from specsweep.study.prompts import not_utf8, read_prompts_file
 
@@ -284,17 +285,9 @@ def _schema_message(exc: Exception) -> str:
 
 
 def provisioned(config: dict) -> dict[str, str]:
-    """{"binary"|"model"|"prompts": manifest path} of what the study leaves to the pipeline: the
-    embedded server and model, and the prompt set unless the study brings its own prompts file."""
-    backend = backends.get(config["backend"])
-    wanted = {"binary": config["server"]["binary"], "model": config["model"]["path"]}
-    out = {}
-    if not config["workload"]["prompts_file"]:
-        out["prompts"] = str(paths.manifest(f"prompts-{config['workload']['prompt_set']}"))
-    for what, value in wanted.items():
-        if value == EMBEDDED:
-            out[what] = str(paths.manifest(backend.embedded[what]))
-    return out
+    """{"binary"|"model"|"prompts": manifest path} of what the study leaves to the pipeline
+    (study/targets.py of_study)."""
+    return {kind: str(paths.manifest(target)) for kind, target in targets.of_study(config).items()}
 
 
 def shown_command(spec: RunSpec) -> str:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsweep.errors import ConfigError
-from specsweep.servers.backends import llama_server_build
+from specsweep.records import paths
+from specsweep.servers import backends
 from specsweep.spec import EMBEDDED, RunSpec
-from specsweep.study import prompt_sets
+from specsweep.study import prompt_sets, targets
 
-KINDS = ("binary", "model", "prompts")  # the path each kind of manifest holds
-MADE_BY = {"binary": "results/provision/llama-server.json", "model": "results/provision/model.json"}
+KINDS = ("binary", "model", "prompts")  # the path each kind of manifest holds; --<kind>-manifest hands one
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,12 @@ def read(path: Path) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def holding(path: Path | None, key: str) -> dict:
-    """The manifest at ``path``, which must hold a ``key`` path; refused with how to make it."""
+def holding(path: Path | None, key: str, target: str) -> dict:
+    """The manifest at ``path``, which must hold a ``key`` path; refused with how to make it
+    (``target``: what provisions it)."""
     if path is None:
-        flag = "server" if key == "binary" else key
-        raise ConfigError(f"the spec uses the embedded {key}; pass --{flag}-manifest (made by: snakemake --cores 1 "
-                          f"{MADE_BY.get(key, f'results/provision/{key}.json')})")
+        raise ConfigError(f"the spec uses the embedded {key}; pass --{key}-manifest (made by: snakemake --cores 1 "
+                          f"{paths.manifest(target)})")
     doc = read(path)
     if not isinstance(doc.get(key), str):
         raise ConfigError(f"manifest {path} must be a JSON object with a {key!r} path; remake it with: "
@@ -64,18 +64,19 @@ def holding(path: Path | None, key: str) -> dict:
 def resolve(spec: RunSpec, handed: Handed) -> tuple[RunSpec, dict | None]:
     """The spec with its embedded server and model replaced by the provisioned paths, and its
     prompt set's manifest (by hand, without one: the cached set, provisioned if need be)."""
-    binary = None
-    if spec.binary == EMBEDDED:
-        manifest = holding(handed.binary, "binary")
-        llama_server_build.check_cpu(manifest)  # a node of another kind fails here, not with SIGILL at launch
-        binary = manifest["binary"]
-    model = holding(handed.model, "model")["model"] if spec.model_path == EMBEDDED else None
+    backend = backends.get(spec.backend)
+    found = {}
+    for kind, value in (("binary", spec.binary), ("model", spec.model_path)):
+        if value == EMBEDDED:
+            manifest = holding(getattr(handed, kind), kind, backend.embedded.get(kind, kind))
+            backend.check_manifest(kind, manifest)  # e.g. a node of another CPU kind: refused, not SIGILL at launch
+            found[kind] = manifest[kind]
     prompts = None
     if spec.prompt_set and handed.prompts is None:
         prompts = prompt_sets.provision(spec.prompt_set, **spec.prompt_pins)
     elif spec.prompt_set:
-        prompts = holding(handed.prompts, "prompts")
+        prompts = holding(handed.prompts, "prompts", targets.PROMPTS + spec.prompt_set)
     if prompts is not None and prompts.get("set") != spec.prompt_set:
         raise ConfigError(f"manifest {handed.prompts} is of prompt set {prompts.get('set')!r}, the study uses "
-                          f"{spec.prompt_set!r}; pass results/provision/prompts-{spec.prompt_set}.json")
-    return spec.resolved(binary=binary, model_path=model), prompts
+                          f"{spec.prompt_set!r}; pass {paths.manifest(targets.PROMPTS + spec.prompt_set)}")
+    return spec.resolved(binary=found.get("binary"), model_path=found.get("model")), prompts

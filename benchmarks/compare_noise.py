@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from specsweep.study.loading import defaults
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -54,7 +56,8 @@ def main() -> None:
     doc["workload"]["repeats"] = args.repeats
     with tempfile.TemporaryDirectory() as tmp:
         a, b = measure(doc, Path(tmp) / "a"), measure(doc, Path(tmp) / "b")
-        frame = compare.compare(*[compare.open_study(p, Path(tmp) / "x") for p in (a, b)])
+        studies = [compare.open_study(p, Path(tmp) / "x") for p in (a, b)]
+        frame = compare.compare(*studies, alpha=defaults("compare")["alpha"])
     print(compare.table(frame))
     print(f"\n{'configuration':<16}{'section':<9}{'CV':>7}  repeats a side for a 5% change")
     for r in frame.itertuples():

@@ -323,9 +323,9 @@ def args_plot(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
     parser.add_argument("--out", type=Path, default=paths.SUMMARY_PNG)
     parser.add_argument("--title", default="specsweep")
-    parser.add_argument("--x", default="budget", help="axis along the x axis (the study's plot.x)")
-    parser.add_argument("--line", default="context", help="axis told apart by colour (plot.line)")
-    parser.add_argument("--column", default=None, help="axis with panels of its own (plot.column)")
+    parser.add_argument("--x", help="axis along the x axis (default: the schema's plot.x)")
+    parser.add_argument("--line", help="axis told apart by colour (default: the schema's plot.line)")
+    parser.add_argument("--column", help="axis with panels of its own (default: the schema's plot.column)")
     parser.add_argument("--tradeoff", type=Path, default=None,
                         help="also draw tok/s per user against tok/s per GPU across load levels here")
 
@@ -336,7 +336,8 @@ def cmd_plot(args) -> int:
     from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff
 
     frame = pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""})
-    plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, args.x, args.line, args.column))
+    chosen = {k: getattr(args, k) for k in ("x", "line", "column") if getattr(args, k) is not None}
+    plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, **{**loading.defaults("plot"), **chosen}))
     if args.tradeoff:
         plot_tradeoff(frame, args.tradeoff, title=args.title)
     return 0
@@ -345,9 +346,11 @@ def cmd_plot(args) -> int:
 def args_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, help="baseline: a results folder, or a .tar.gz of one")
     parser.add_argument("b", type=Path, help="the study to judge: a results folder, or a .tar.gz of one")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level after correction")
-    parser.add_argument("--threshold", type=float, default=0.05,
-                        help="a significant slowdown larger than this fraction is a regression (exit 20)")
+    parser.add_argument("--alpha", type=float,
+                        help="significance level after correction (default: the schema's compare.alpha)")
+    parser.add_argument("--threshold", type=float,
+                        help="a significant slowdown larger than this fraction is a regression, exit 20 (default: "
+                             "the schema's compare.threshold)")
     parser.add_argument("--csv", type=Path, help="write the comparison table here")
     parser.add_argument("--plot", type=Path, help="write the ratio figure here")
     parser.add_argument("--regressions", type=Path, help="write the regressions found here (CSV)")
@@ -358,11 +361,13 @@ def cmd_compare(args) -> int:
     from specsweep.analysis import compare
     from specsweep.errors import RegressionFound
 
+    chosen = {k: getattr(args, k) for k in ("alpha", "threshold") if getattr(args, k) is not None}
+    settings = {**loading.defaults("compare"), **chosen}
     study_a, study_b, tmp = compare.open_both(args.a, args.b)
     with tmp:
-        frame = compare.compare(study_a, study_b, alpha=args.alpha)
+        frame = compare.compare(study_a, study_b, alpha=settings["alpha"])
     print(f"A: {args.a}\nB: {args.b}\n{compare.table(frame)}")
-    bad = compare.regressions(frame, args.threshold)
+    bad = compare.regressions(frame, settings["threshold"])
     if args.csv:
         store.write_text_atomic(args.csv, frame.to_csv(index=False))
     if args.regressions:
@@ -375,7 +380,7 @@ def cmd_compare(args) -> int:
         return 0
     listing = "\n  ".join(f"{r.name} {r.section}: {r.verdict} {'' if r.ratio != r.ratio else f'{r.ratio:.3f} '}"
                           f"({r.why})" for r in bad.itertuples())
-    message = f"{len(bad)} regression(s) beyond {args.threshold:.0%}:\n  {listing}"
+    message = f"{len(bad)} regression(s) beyond {settings['threshold']:.0%}:\n  {listing}"
     if args.no_fail:
         print(message, file=sys.stderr)
         return 0

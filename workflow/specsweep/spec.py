@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from specsweep import axes
 from specsweep.errors import ConfigError
@@ -96,24 +96,24 @@ class RunSpec:
     seed: int
     warmup_requests: int
     warmup_output_tokens: int
-    max_schedule_lag_s: float = 0.05
-    prompts_file: str | None = None
-    repeats: int = 1
-    sections: tuple[Section, ...] = field(default_factory=tuple)
-    api_key_env: str | None = None  # environment variable holding the server's API key
-    allow_remote_bind: bool = False
-    gpu: bool = False  # the server runs on tp GPUs of its host
-    env: dict = field(default_factory=dict)  # extra environment of the server (server.env)
+    max_schedule_lag_s: float
+    prompts_file: str | None
+    repeats: int
+    sections: tuple[Section, ...]
+    api_key_env: str | None  # environment variable holding the server's API key
+    allow_remote_bind: bool
+    gpu: bool  # the server runs on tp GPUs of its host
+    env: dict  # extra environment of the server (server.env)
     # ((compute capabilities), reason) of the exclusion rules that name an architecture and
     # match this configuration's axes: the job refuses to run on such GPUs.
-    excluded_on: tuple = ()
-    prompt_set: str | None = None  # the provisioned prompt set (prompt_sets.SETS) when no prompts_file
-    prompt_pins: dict = field(default_factory=dict)  # its wheel: {"version", "sha256"}
-    reuse_prompts: bool = False  # sections and repeats resend the same prompts (caching on purpose)
-    axes: dict = field(default_factory=dict)  # values of the study's own grid axes (axes.own), by name
-    objective: Objective | None = None  # workload.objective: the goodput search after the sections
-    launch: int = 1  # which of the configuration's server launches this is (workload.launches)
-    preflight: str = "record"  # server.preflight: "strict" refuses a launch whose checks could not read their facts
+    excluded_on: tuple
+    prompt_set: str | None  # the provisioned prompt set (prompt_sets.SETS) when no prompts_file
+    prompt_pins: dict  # its wheel: {"version", "sha256"}
+    reuse_prompts: bool  # sections and repeats resend the same prompts (caching on purpose)
+    axes: dict  # values of the study's own grid axes (axes.own), by name
+    objective: Objective | None  # workload.objective: the goodput search after the sections
+    launch: int  # which of the configuration's server launches this is (workload.launches)
+    preflight: str  # server.preflight: "strict" refuses a launch whose checks could not read their facts
 
     @property
     def values(self) -> dict:
@@ -199,7 +199,7 @@ class RunSpec:
     def from_dict(cls, data: dict) -> RunSpec:
         try:
             sections = tuple(Section(**s) for s in data["sections"])
-            fields = {k: v for k, v in data.items() if k != "sections"}
+            fields = {**WRITTEN_BEFORE, **{k: v for k, v in data.items() if k != "sections"}}
             fields["command"] = tuple(fields["command"])
             fields["speculative_args"] = tuple(fields["speculative_args"])
             fields["excluded_on"] = tuple((tuple(c), r) for c, r in fields.get("excluded_on", ()))
@@ -221,3 +221,8 @@ class RunSpec:
 _LATER_FIELDS = {"api_key_env": None, "allow_remote_bind": False, "gpu": False, "env": {}, "excluded_on": [],
                  "prompt_set": None, "prompt_pins": {}, "reuse_prompts": False, "axes": {},
                  "objective": None, "launch": 1}
+# What a spec written before a field existed meant by its absence (read by from_dict): the
+# measurement as that specsweep made it, not a study's default (those are the schema's alone:
+# workload.repeats is 2 there, while a spec from before repeats measured each section once).
+WRITTEN_BEFORE = {"max_schedule_lag_s": 0.05, "prompts_file": None, "repeats": 1, "preflight": "record",
+                  **_LATER_FIELDS}

@@ -10,9 +10,10 @@ import pytest
 from factories import result_doc
 from specsweep import study
 from specsweep.analysis import aggregate, ledger, partial_reports
-from specsweep.analysis.plot import plot_summary
+from specsweep.analysis.plot import Facets, plot_summary
 from specsweep.errors import ServerDied
 from specsweep.records import store
+from specsweep.study.loading import defaults
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def test_plot_is_written_with_failures_marked(sweep, tmp_path):
 
     _, frame = sweep
     out = tmp_path / "summary.png"
-    fig = plot_summary(frame, out, title="test")
+    fig = plot_summary(frame, out, title="test", facets=Facets.of(frame, **defaults("plot")))
     assert out.stat().st_size > 20_000
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Each configuration without a result is a mark above its budget at the top edge of every
@@ -147,7 +148,8 @@ def test_the_plot_draws_one_line_per_tp_and_never_joins_two_tp_values():
     frame = pd.DataFrame(rows)
     fig, ax = plt.subplots()
     facets = plot.Facets.of(frame.assign(name="x")[["name", "tp", "budget", "context", "section", "status",
-                                                      "output_tok_s", "output_tok_s_min", "output_tok_s_max"]])
+                                                      "output_tok_s", "output_tok_s_min", "output_tok_s_max"]],
+                            **defaults("plot"))
     assert facets == plot.Facets(x="budget", line="context", column=None, styled=("tp",))
     plot._panel(ax, frame, "output_tok_s", "short", plot.Drawing(facets, {64: "blue"}, plot.tp_style([(1,), (2,)]),
                                                                  [0, 2, 4]))
@@ -284,7 +286,7 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
         assert (fast["speedup_low"], fast["speedup_high"]) == pytest.approx(interval)
         assert fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
     # add_speedup's own default is the 95% the study's schema defaults to.
-    again = aggregate.add_speedup(frame.drop(columns=["speedup_low", "speedup_high"]))
+    again = aggregate.add_speedup(frame.drop(columns=["speedup_low", "speedup_high"]), defaults("verdict"))
     assert list(again["speedup_low"].dropna()) == pytest.approx(list(frame["speedup_low"].dropna()))
     rest = frame[(frame["context"] == 1024) & (frame["budget"] == 4)]
     assert rest["speedup"].isna().all() and rest["speedup_low"].isna().all()

@@ -9,6 +9,7 @@ import pandas as pd
 from factories import launches
 from specsweep.analysis import aggregate, race, report
 from specsweep.records import status
+from specsweep.study.loading import defaults
 
 
 def frame_of(draws: dict[tuple[int, int], list[float]], taken: dict[tuple[int, int], int]) -> pd.DataFrame:
@@ -22,7 +23,7 @@ def frame_of(draws: dict[tuple[int, int], list[float]], taken: dict[tuple[int, i
                      "output_tok_s": sum(used) / len(used), "output_tok_s_min": min(used),
                      "output_tok_s_max": max(used), "launches": len(used),
                      "launch_tok_s": " ".join(f"{v:.6g}" for v in used), "repeat_tok_s": ""})
-    return aggregate.add_speedup(pd.DataFrame(rows))
+    return aggregate.add_speedup(pd.DataFrame(rows), defaults("verdict"))
 
 
 def race_on(draws: dict, most: int) -> dict:
@@ -48,8 +49,8 @@ def test_racing_reaches_the_fixed_designs_verdict_with_fewer_launches():
         draws = {(c, b): launches(rng, {b: rate}, n=most, between=0.05)[b] for c, row in truth.items()
                  for b, rate in row.items()}
         taken = race_on(draws, most)
-        raced = report.best_table(frame_of(draws, taken))
-        fixed = report.best_table(frame_of(draws, dict.fromkeys(draws, most)))
+        raced = report.best_table(frame_of(draws, taken), defaults("verdict"))
+        fixed = report.best_table(frame_of(draws, dict.fromkeys(draws, most)), defaults("verdict"))
         assert list(raced["best_budget"]) == list(fixed["best_budget"]) == [8, 4], seed
         assert taken[128, 8] == taken[128, 0] == 2  # the decided cell got nothing past the first round
         spent.append(sum(taken.values()))

@@ -20,6 +20,7 @@ from specsweep.errors import ConfigError
 from specsweep.records.failure import Failure
 from specsweep.records.store import write_json_atomic
 from specsweep.servers import command
+from specsweep.study.loading import defaults
 
 LEGACY = DATA / "results-3546885"  # written by main at 3546885 (three axes)
 
@@ -121,7 +122,7 @@ def test_summary_speedup_and_best_budget_are_per_value_of_the_study_axis(tmp_pat
     assert short.loc["tp1-b4-ctx64-kvq8_0", "speedup"] == pytest.approx(rate["tp1-b4-ctx64-kvq8_0"]
                                                                         / rate["tp1-b0-ctx64-kvq8_0"])
     assert short.loc["tp1-b4-ctx64-kvf16", "speedup"] > 1 > short.loc["tp1-b4-ctx64-kvq8_0", "speedup"]
-    best = report.best_table(frame)
+    best = report.best_table(frame, defaults("verdict"))
     assert list(best.columns[:4]) == ["tp", "context", "kv", "section"]
     answer = best[best["section"] == "short"].set_index("kv")["best_budget"]
     assert answer.to_dict() == {"f16": 4, "q8_0": 0}
@@ -129,7 +130,7 @@ def test_summary_speedup_and_best_budget_are_per_value_of_the_study_axis(tmp_pat
 
 def test_front_page_and_terminal_answer_show_the_axis(tmp_path):
     cfg, frame = kv_results(tmp_path, RATES)
-    best = report.best_table(frame)
+    best = report.best_table(frame, defaults("verdict"))
     best.to_csv(tmp_path / "best.csv", index=False)
     page = report.front_page(cfg, frame, best)
     assert "kv ['f16', 'q8_0']" in page and "     - kv" in page
@@ -144,11 +145,11 @@ def test_front_page_and_terminal_answer_show_the_axis(tmp_path):
 def test_the_figure_gives_the_column_axis_panels_and_never_joins_its_values(tmp_path):
     _, frame = kv_results(tmp_path, RATES)
     fig = plot.plot_summary(frame, tmp_path / "a.png", title="t",
-                            facets=plot.Facets.of(frame, column="kv"))
+                            facets=plot.Facets.of(frame, **{**defaults("plot"), "column": "kv"}))
     titles = [ax.get_title() for ax in fig.axes[:6]]
     assert titles == [f"{s}, kv {v}: output tok/s" for v in ("f16", "q8_0") for s in ("short", "medium", "long")]
     # Without a column axis the kv values are lines of their own, told apart by style and named in the legend.
-    fig = plot.plot_summary(frame, tmp_path / "b.png", title="t")
+    fig = plot.plot_summary(frame, tmp_path / "b.png", title="t", facets=plot.Facets.of(frame, **defaults("plot")))
     lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
     assert set(lines) == {"tp 1, kv f16, ctx 64", "tp 1, kv q8_0, ctx 64"}
     assert lines["tp 1, kv f16, ctx 64"].get_linestyle() != lines["tp 1, kv q8_0, ctx 64"].get_linestyle()
@@ -160,7 +161,8 @@ def test_the_figure_gives_the_column_axis_panels_and_never_joins_its_values(tmp_
 
 def test_a_named_axis_on_the_x_axis_is_placed_in_order(tmp_path):
     _, frame = kv_results(tmp_path, RATES)
-    fig = plot.plot_summary(frame, tmp_path / "x.png", title="t", facets=plot.Facets.of(frame, x="kv", line="budget"))
+    facets = plot.Facets.of(frame, x="kv", line="budget", column=None)
+    fig = plot.plot_summary(frame, tmp_path / "x.png", title="t", facets=facets)
     ax, bottom = fig.axes[0], fig.axes[6]  # the x axis is shared: the bottom row names it
     assert [t.get_text() for t in bottom.get_xticklabels()] == ["f16", "q8_0"] and bottom.get_xlabel() == "kv"
     lines = {c.get_label(): list(c.lines[0].get_ydata()) for c in ax.containers}
@@ -188,7 +190,7 @@ def test_a_three_axis_study_against_a_four_axis_one_pairs_nothing_it_should_not(
     for launches in b.runs.values():  # the same model on both sides, so that the pairing is what is tested
         for result in launches:
             result.model = a.runs["tp1-b0-ctx64"][0].model
-    frame = compare.compare(a, b)
+    frame = compare.compare(a, b, alpha=defaults("compare")["alpha"])
     assert set(frame.loc[frame["kv"].isna(), "verdict"]) == {"only in A"}
     assert set(frame.loc[frame["kv"].notna(), "verdict"]) == {"only in B"}
 
@@ -212,7 +214,7 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     assert set(frame["launches"]) == {1} and frame["speedup_low"].isna().all()
     # The verdict of one launch rests on its repeats, and says so; its figures are those the old
     # best table showed for the budget it names.
-    best = report.best_table(frame)
+    best = report.best_table(frame, defaults("verdict"))
     before = pd.read_csv(folder / "results" / "best.csv")
     assert set(best["basis"]) == {"repeats"} and set(best["launches"]) == {2}
     for row in best.to_dict("records"):

@@ -44,7 +44,7 @@ def summarize(config: dict, runs_dir: Path, failures_dir: Path, *, upto: int | N
     for spec in expand_grid(config):
         rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir), last))
     frame = pd.DataFrame(rows, columns=key_columns(axes.names(config["grid"])) + METRIC_COLUMNS)
-    return add_speedup(frame, confidence=config["verdict"]["confidence"])
+    return add_speedup(frame, config["verdict"])
 
 
 def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path, last: int) -> list[dict]:
@@ -124,10 +124,10 @@ def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[di
             for section, load in spec.points]
 
 
-def add_speedup(frame: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+def add_speedup(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
     """speedup = output tok/s over that of budget 0 at the same values of every other axis, section
     and load (in the goodput search's row: goodput over budget 0's goodput), with its interval at
-    ``confidence`` from the launches (verdict.speedup_interval).
+    ``settings["confidence"]`` (the study's verdict:) from the launches (verdict.speedup_interval).
 
     Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
     """
@@ -148,7 +148,7 @@ def add_speedup(frame: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFram
         if basis != verdict.LAUNCHES:
             continue  # one launch's repeats would give an interval narrower than the noise: none
         for index, row in cell.iterrows():
-            interval = verdict.speedup_interval(samples, int(row["budget"]), confidence=confidence)
+            interval = verdict.speedup_interval(samples, int(row["budget"]), confidence=settings["confidence"])
             if interval is not None:
                 frame.loc[index, ["speedup_low", "speedup_high"]] = interval
     return frame

@@ -154,7 +154,7 @@ def repeats_needed(cv: float, *, change: float = 0.05, alpha: float = 0.05, powe
     return max(min_repeats(alpha), math.ceil(n))
 
 
-def compare(a: Study, b: Study, *, alpha: float = 0.05) -> pd.DataFrame:
+def compare(a: Study, b: Study, *, alpha: float) -> pd.DataFrame:
     """One row per configuration x section present on either side, with its verdict."""
     check_comparable(a, b)
     cols = KEYS + ["status", "reason"]

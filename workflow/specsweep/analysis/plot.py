@@ -45,15 +45,15 @@ AXIS_LABELS = {"budget": "draft budget (0 = no speculation)", "tp": "tensor-para
 class Facets:
     """Where each axis of a summary goes: x, colour (line), panel column, and the styled rest."""
 
-    x: str = "budget"
-    line: str | None = "context"
-    column: str | None = None
-    styled: tuple[str, ...] = ("tp",)
+    x: str
+    line: str | None
+    column: str | None
+    styled: tuple[str, ...]
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, x: str = "budget", line: str | None = "context",
-           column: str | None = None) -> Facets:
-        """The facets for a summary's own axes; a chosen axis the table lacks is left unused."""
+    def of(cls, frame: pd.DataFrame, x: str, line: str | None, column: str | None) -> Facets:
+        """The facets for a summary's own axes (the study's plot:); a chosen axis the table lacks is
+        left unused."""
         present = grid_axes.columns(frame.columns)
         line = line if line in present and line != x else None
         column = column if column in present and column not in (x, line) else None
@@ -100,10 +100,9 @@ def _title(measurement: tuple[str, str | None], frame: pd.DataFrame) -> str:
 _sort_key = grid_axes.sort_key
 
 
-def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets | None = None):
+def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets):
     """Write the three-row figure (tok/s; speedup; acceptance length), one column per section
     (and value of the column axis). Returns the (closed) figure, whose artists say what was drawn."""
-    facets = facets or Facets.of(frame)
     panels = _panels(frame, facets)
     colours = sorted(frame[facets.line].unique(), key=_sort_key) if facets.line else [None]
     palette = dict(zip(colours, sns.color_palette("viridis", len(colours))))

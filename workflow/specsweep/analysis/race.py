@@ -24,7 +24,7 @@ def contenders(config: dict, frame: pd.DataFrame, round_: int) -> tuple[list[str
     """(configurations that get launch round + 1, the undecided cells as words), in grid order."""
     if round_ >= config["verdict"]["until_decided"]["max_launches"]:
         return [], []
-    best = report.best_table(frame, confidence=config["verdict"]["confidence"], tie=config["verdict"]["tie"])
+    best = report.best_table(frame, config["verdict"])
     keys = report.keys_of_best(best)
     racing = frame[(frame["status"] == status.OK) & (frame["launches"] == round_)]
     chosen, cells = set(), []

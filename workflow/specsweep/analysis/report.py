@@ -40,10 +40,11 @@ def keys_of_best(best: pd.DataFrame) -> list[str]:
     return cols[:cols.index("best_budget")]
 
 
-def best_table(frame: pd.DataFrame, *, confidence: float = 0.95, tie: float = 0.01) -> pd.DataFrame:
-    """Per value of every other axis, section and load (a cell): the verdict (analysis/verdict.py)
-    on the budgets measured there, with the figures of the budget it names (or, undecided, of the
-    highest), the speedup's interval, and the budgets without a result.
+def best_table(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    """Per value of every other axis, section and load (a cell): the verdict (analysis/verdict.py,
+    at the confidence and tie of ``settings``, the study's verdict:) on the budgets measured
+    there, with the figures of the budget it names (or, undecided, of the highest), the speedup's
+    interval, and the budgets without a result.
 
     Budget 0 competes too: when speculation is slower, the answer is 0. A budget without a
     result is never a candidate: it is listed as missing, never counted as zero.
@@ -65,7 +66,8 @@ def best_table(frame: pd.DataFrame, *, confidence: float = 0.95, tie: float = 0.
                          "budgets_missing": _budgets(missing)})
             continue
         samples, basis = aggregate.cell_units(valued)
-        found = verdict.decide(samples, confidence=confidence, tie=tie, basis=basis)
+        confidence = settings["confidence"]
+        found = verdict.decide(samples, confidence=confidence, tie=settings["tie"], basis=basis)
         shown = valued[valued["budget"] == (found.highest if found.named is None else found.named)].iloc[0]
         rows.append({
             **where, "best_budget": found.named, "verdict": found.state, "best_set": _budgets(found.members),
@@ -284,7 +286,7 @@ def _html(title: str, body: str) -> str:
 def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir: Path, best_csv: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
               study_yaml: str, study_html: Path) -> None:
-    best = best_table(frame, confidence=config["verdict"]["confidence"], tie=config["verdict"]["tie"])
+    best = best_table(frame, config["verdict"])
     store.write_text_atomic(best_csv, best.to_csv(index=False))
     store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, runs_dir)))
     summary_html, best_html = tables_html

@@ -56,6 +56,7 @@ def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | N
         axes=dict(own or {}),
         excluded_on=architecture_exclusions(config, tp=tp, budget=budget, context=context, **(own or {})),
         objective=Objective(**workload["objective"]) if workload.get("objective") else None,
+        launch=1,
     )
 
 

@@ -33,6 +33,12 @@ def schema_path() -> Path:
 RENAMED_KEYS = {"guard": "quiet_host"}
 
 
+def defaults(section: str) -> dict:
+    """The schema's defaults of one top-level mapping (verdict, compare, plot, provision, ...): what
+    a command run by hand takes where the study is not given. The schema owns every default."""
+    return validate_study({})[section]
+
+
 def validate_study(config: dict) -> dict:
     """Validate against the schema and fill in defaults (in place); return the config."""
     from snakemake.utils import validate  # the same validator the Snakefile uses

@@ -143,14 +143,6 @@ def pins(config: dict, name: str) -> dict[str, str]:
 
 def default_source(name: str = "sharegpt") -> dict:
     """A prompt set at the pins a study gets by default, provisioned if need be (benchmarks, tests)."""
-    return provision(name, **pins({"provision": schema_defaults("provision")}, name))
+    from specsweep.study.loading import defaults  # loading imports this module
 
-
-def schema_defaults(key: str) -> dict:
-    """The defaults the study schema gives a top-level mapping (provision: the pins)."""
-    from importlib import resources
-
-    import yaml
-
-    schema = yaml.safe_load(resources.files("specsweep.schemas").joinpath("config.schema.yaml").read_text())
-    return {name: prop["default"] for name, prop in schema["properties"][key]["properties"].items()}
+    return provision(name, **pins({"provision": defaults("provision")}, name))

@@ -1,7 +1,7 @@
 """Planning cost against grid size: `snakemake -n` of the real workflow at 100, 1,000 and 10,000
 configurations, and `specsweep grid` for comparison.
 
-    python benchmarks/planning.py [--sizes 100 1000 10000]
+    python benchmarks/planning.py [--sizes 100 1000 10000] [--launches 2]
 
 Prints the wall time of each dry run and the ratio to the previous size (near the size ratio,
 10, is linear; near its square, 100, quadratic), and Snakemake's own floor: the dry run of a
@@ -24,10 +24,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def study(size: int) -> dict:
-    """A grid of ``size`` configurations: budgets x prompt lengths, as square as it divides."""
+def study(size: int, launches: int) -> dict:
+    """A grid of ``size`` configurations: budgets x prompt lengths, as square as it divides, each
+    measured on ``launches`` server launches (one job each)."""
     budgets = next(b for b in range(int(math.isqrt(size)), 0, -1) if size % b == 0)
-    return {"grid": {"budget": list(range(budgets)), "tp": [1], "context": list(range(64, 64 + size // budgets))}}
+    return {"grid": {"budget": list(range(budgets)), "tp": [1], "context": list(range(64, 64 + size // budgets))},
+            "workload": {"launches": launches}}
 
 
 TRIVIAL = """rule all:
@@ -51,18 +53,20 @@ def timed(cmd: list[str], cwd: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--launches", type=int, default=2, help="server launches per configuration (jobs each)")
     args = parser.parse_args()
+    print(f"{args.launches} launch(es) per configuration; the trivial floor has as many jobs")
     print(f"{'configurations':>14}{'snakemake -n':>14}{'ratio':>8}{'specsweep grid':>16}{'trivial floor':>15}")
     previous = None
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            (tmp / "study.yaml").write_text(yaml.safe_dump(study(size)))
+            (tmp / "study.yaml").write_text(yaml.safe_dump(study(size, args.launches)))
             dry = timed([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp),
                          "-n", "--cores", "1", "results/summary.png", "--quiet", "all", "--configfile",
                          str(tmp / "study.yaml")], tmp)
             grid = timed([sys.executable, "-m", "specsweep", "grid", "--config", str(tmp / "study.yaml")], tmp)
-            (tmp / "Trivial").write_text(TRIVIAL.replace("SIZE", str(size)))
+            (tmp / "Trivial").write_text(TRIVIAL.replace("SIZE", str(size * args.launches)))
             floor = timed([sys.executable, "-m", "snakemake", "-s", str(tmp / "Trivial"), "-n", "--cores", "1",
                            "--quiet", "all"], tmp)
         ratio = f"{dry / previous:.1f}x" if previous else "-"

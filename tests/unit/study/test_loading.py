@@ -3,7 +3,9 @@
 import json
 
 import pytest
+import yaml
 
+from conftest import REPO
 from specsweep import study
 from specsweep.analysis import ledger
 from specsweep.errors import ConfigError
@@ -115,3 +117,15 @@ def test_a_study_written_with_the_old_guard_key_is_read_as_quiet_host_with_a_not
 def test_a_study_that_spells_the_quiet_host_key_both_ways_is_refused():
     with pytest.raises(ConfigError, match="both guard: and quiet_host:.*keep quiet_host: alone"):
         study.validate_study({"guard": {"max_foreign_cores": 0.5}, "quiet_host": {"max_foreign_cores": 1.0}})
+
+
+def test_the_default_study_file_states_its_choices_not_the_schemas_defaults():
+    """config/config.yaml names the study, its server and its grid (what a reader looks for first)
+    and otherwise only what differs from the schema: no default restated, none to drift."""
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    schema_defaults = study.validate_study({})
+    restated = [f"{section}.{key}" for section, value in raw.items() if isinstance(value, dict)
+                for key, chosen in value.items() if section != "grid" and schema_defaults[section][key] == chosen]
+    restated += [key for key, value in raw.items()
+                 if not isinstance(value, dict) and key not in ("study", "backend") and schema_defaults[key] == value]
+    assert restated == []

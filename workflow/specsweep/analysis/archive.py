@@ -157,14 +157,7 @@ def _write_tar(out: Path, files: dict[str, bytes]) -> None:
 
 def unpack(archive: Path, dest: Path) -> Path:
     """Extract an archive; return its study folder. A damaged or truncated file is refused by name."""
-    import zlib
-
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise VerifyFailed(f"{archive} cannot be unpacked ({type(exc).__name__}: {exc}): it is damaged or "
-                           f"truncated; copy it again from where it was made") from exc
+    store.extract_tar(archive, dest, VerifyFailed)
     if not (dest / "study").is_dir():
         raise VerifyFailed(f"{archive} holds no study/ folder: not a specsweep study archive")
     return dest / "study"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import tarfile
 import tempfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from scipy import stats
 
 from specsweep import axes
 from specsweep.errors import ConfigError
-from specsweep.records import paths
+from specsweep.records import paths, store
 from specsweep.records.result import ACROSS_STUDIES, Result
 from specsweep.records.status import EXCLUDED, OK
 from specsweep.records.store import InvalidResult, read_result
@@ -91,12 +90,7 @@ def _with_load(summary: pd.DataFrame, runs: dict[str, list[Result]]) -> pd.DataF
 def _unpack(archive: Path, tmp: Path) -> Path:
     if not tarfile.is_tarfile(archive):
         raise ConfigError(f"{archive} is neither a results folder nor a tar archive of one")
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")  # the data filter refuses absolute paths and links out
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise ConfigError(f"{archive} cannot be unpacked ({type(exc).__name__}: {exc}): it is damaged or "
-                          f"truncated; copy it again from where it was made") from exc
+    store.extract_tar(archive, tmp, ConfigError)
     found = sorted(p.parent for p in Path(tmp).rglob("summary.csv") if p.parent.name != "partial")
     found += sorted(p.parent.parent for p in Path(tmp).rglob("partial/summary.csv"))
     if not found:

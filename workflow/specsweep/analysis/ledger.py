@@ -24,7 +24,7 @@ from specsweep.records.store import (
     write_failure,
 )
 from specsweep.spec import RunSpec
-from specsweep.study.grid import expand_grid, matching_exclusions
+from specsweep.study.grid import capabilities_of, excluded_here, expand_grid, matching_exclusions
 
 if TYPE_CHECKING:  # the planning Snakefile and `specsweep run` import this module: no pandas for them
     import pandas as pd
@@ -38,10 +38,9 @@ def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
     """
     here = planning_capability(config)
     for rule in matching_exclusions(config, spec.values):
-        caps = rule.get("compute_capability")
-        if caps is None:
+        if not (caps := capabilities_of(rule)):
             return rule["reason"]
-        if here is not None and here in (caps if isinstance(caps, list) else [caps]):
+        if here is not None and excluded_here(caps, {here}):
             return f"{rule['reason']} (on compute capability {here})"
     return None
 

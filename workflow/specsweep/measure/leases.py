@@ -30,6 +30,7 @@ import psutil
 from specsweep.errors import ConfigError, DeviceBusy, Excluded, PortConflict
 from specsweep.measure import gpu_memory, host_facts
 from specsweep.servers import probes
+from specsweep.study.grid import excluded_here
 
 HOST_DEVICE = "host"
 POLL_S = 0.25
@@ -265,9 +266,8 @@ def check_exclusions(excluded_on: tuple, hw: dict) -> None:
     """Refuse to measure where the study excludes this configuration by architecture."""
     held = {g.get("compute_capability") for g in hw.get("gpus", [])} - {None}
     for capabilities, reason in excluded_on:
-        hit = held & set(capabilities)
-        if hit:
-            raise Excluded(f"excluded on compute capability {', '.join(sorted(hit))}: {reason}; the plan did not "
+        if hit := excluded_here(capabilities, held):
+            raise Excluded(f"excluded on compute capability {', '.join(hit)}: {reason}; the plan did not "
                            f"leave it out because it was made on a host of another kind: plan on this kind of "
                            f"host, or set hardware.compute_capability in the study")
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 import tempfile
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specsweep.errors import ResultWriteError
+from specsweep.errors import ResultWriteError, SpecsweepError
 from specsweep.records import paths
 from specsweep.records.failure import Failure
 from specsweep.records.result import SCHEMA as RESULT_SCHEMA
@@ -139,3 +141,14 @@ def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = No
 def read_race_round(path: str | Path) -> list[str]:
     """The configurations a racing round's decision (analysis/race.py) gives another launch."""
     return list(json.loads(Path(path).read_text())["contenders"])
+
+
+def extract_tar(archive: Path, dest: Path, refusal: type[SpecsweepError]) -> None:
+    """Unpack a (gzipped) tar archive into ``dest``; a damaged or truncated one is refused by name,
+    as ``refusal``. The data filter refuses absolute paths and links that point out of ``dest``."""
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise refusal(f"{archive} cannot be unpacked ({type(exc).__name__}: {exc}): it is damaged or "
+                      f"truncated; copy it again from where it was made") from exc

@@ -79,9 +79,21 @@ def matching_exclusions(config: dict, values: dict) -> list[dict]:
 
 def architecture_exclusions(config: dict, **values) -> tuple:
     """((capabilities), reason) of the exclude rules that name an architecture and match these axes."""
-    named = [(rule.get("compute_capability"), rule["reason"]) for rule in matching_exclusions(config, values)]
-    return tuple((tuple(caps) if isinstance(caps, list) else (caps,), reason)
-                 for caps, reason in named if caps is not None)
+    named = [(capabilities_of(rule), rule["reason"]) for rule in matching_exclusions(config, values)]
+    return tuple((caps, reason) for caps, reason in named if caps)
+
+
+def capabilities_of(rule: dict) -> tuple[str, ...]:
+    """The compute capabilities an exclude rule names (one, or a list); () where it names none."""
+    caps = rule.get("compute_capability")
+    return () if caps is None else tuple(caps) if isinstance(caps, list) else (caps,)
+
+
+def excluded_here(capabilities: tuple[str, ...], present: set[str]) -> list[str]:
+    """Which of the GPUs' compute capabilities ``present`` a rule's ``capabilities`` exclude: the one
+    place an architecture is matched, for the plan (analysis.ledger) and for the job on its GPUs
+    (measure.leases)."""
+    return sorted(set(capabilities) & present)
 
 
 def find_spec(config: dict, name: str) -> RunSpec:

@@ -8,9 +8,11 @@ import ast
 import re
 
 import pytest
+import yaml
 
 from conftest import REPO
 from specsweep import errors
+from specsweep.study import loading
 
 DOCS = REPO / "docs"
 PACKAGE = REPO / "workflow" / "specsweep"
@@ -75,3 +77,9 @@ def test_the_readme_is_short_and_leads_to_every_page():
     for page in DOCS.glob("*.md"):
         assert f"docs/{page.name}" in readme, page.name
     assert "tests/mutation/README.md" in (DOCS / "development.md").read_text()
+
+
+def test_the_key_table_of_config_readme_is_the_one_the_schema_makes():
+    chosen = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    page = (REPO / "config" / "README.md").read_text()
+    assert loading.key_table(chosen) in page, "paste the output of python -m specsweep config-keys into the page"

@@ -504,6 +504,17 @@ def cmd_grid(args) -> int:
     return 0
 
 
+def args_config_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=Path("config/config.yaml"),
+                        help="the default study, whose own choices are named beside the schema's defaults")
+
+
+def cmd_config_keys(args) -> int:
+    chosen = yaml.safe_load(args.config.read_text()) if args.config.is_file() else {}
+    print(loading.key_table(chosen or {}), end="")
+    return 0
+
+
 def args_failure_classes(parser: argparse.ArgumentParser) -> None:
     """No arguments: the table is errors.py's own."""
 
@@ -531,6 +542,8 @@ COMMANDS = {
     "doctor": ("check this host for a study before a long sweep: one line per check", args_doctor, cmd_doctor),
     "failure-classes": ("the failure classes, exit codes and advice, as a Markdown table", args_failure_classes,
                         cmd_failure_classes),
+    "config-keys": ("every key of a study, its default and meaning (the schema's), as a Markdown table",
+                    args_config_keys, cmd_config_keys),
 }
 
 

@@ -33,6 +33,55 @@ def schema_path() -> Path:
 RENAMED_KEYS = {"guard": "quiet_host"}
 
 
+def key_table(chosen: dict) -> str:
+    """Every key a study may set, as the Markdown table config/README.md shows (a test keeps them
+    equal): key, default and meaning, each from the schema; where ``chosen`` (the default study
+    file, as written) sets another value, it is named beside the default."""
+    import json
+
+    schema = yaml.safe_load(schema_path().read_text())
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, prop in _documented_keys(schema):
+        shown = prop.get("x-shown-default")
+        if shown is None:
+            default = prop.get("default", _ABSENT)
+            shown = ("absent" if default is _ABSENT else "pinned" if _is_pin(default)
+                     else f"`{default if isinstance(default, str) else json.dumps(default)}`")
+            ours = _chosen(chosen, key)
+            if ours is not _ABSENT and ours != default:
+                shown += f" (`{ours if isinstance(ours, str) else json.dumps(ours)}` in the default study)"
+        rows.append(f"| `{key}` | {shown} | {' '.join(prop.get('description', '').split())} |")
+    return "\n".join(rows) + "\n"
+
+
+_ABSENT = object()
+
+
+def _documented_keys(schema: dict):
+    """(key, property) per row: each top-level key, or each key of a top-level mapping (and its own axes)."""
+    for name, prop in schema["properties"].items():
+        if "properties" not in prop:
+            yield name, prop
+            continue
+        for child, sub in prop["properties"].items():
+            yield f"{name}.{child}", sub
+        if isinstance(prop.get("additionalProperties"), dict):
+            yield f"{name}.<axis>", prop["additionalProperties"]
+
+
+def _is_pin(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _chosen(study: dict, key: str):
+    node = study
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
 def defaults(section: str) -> dict:
     """The schema's defaults of one top-level mapping (verdict, compare, plot, provision, ...): what
     a command run by hand takes where the study is not given. The schema owns every default."""

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from specsweep import cli, spec
-from specsweep.analysis import aggregate, compare, plot, report
+from specsweep.analysis import aggregate, answer, compare, plot
 from specsweep.measure import quiet_host
 from specsweep.study import loading
 
@@ -36,7 +36,7 @@ def test_a_sections_defaults_are_the_schemas():
 
 
 @pytest.mark.parametrize(("function", "setting"), [
-    (aggregate.add_speedup, "settings"), (report.best_table, "settings"), (compare.compare, "alpha"),
+    (aggregate.add_speedup, "settings"), (answer.best_table, "settings"), (compare.compare, "alpha"),
     (plot.Facets.of, "x"), (plot.Facets.of, "line"), (plot.Facets.of, "column"),
 ])
 def test_a_function_given_a_study_setting_has_no_default_for_it(function, setting):

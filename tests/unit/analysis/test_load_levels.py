@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO
 from factories import result_doc
-from specsweep.analysis import aggregate, plot, report
+from specsweep.analysis import aggregate, answer, plot, report
 from specsweep.errors import ServerDied
 from specsweep.records.store import failure_record, write_failure, write_json_atomic
 from specsweep.study import validate_study
@@ -73,7 +73,7 @@ def test_summary_speedup_and_best_budget_are_per_load_level(tmp_path):
             ok.loc[("tp1-b4-ctx128", level), "output_tok_s"] / ok.loc[("tp1-b0-ctx128", level), "output_tok_s"])
     failed = frame[frame["name"] == "tp1-b8-ctx128"]
     assert list(failed["load"]) == ["c1", "c2", "c4"] and set(failed["status"]) == {"failed"}
-    best = report.best_table(frame, defaults("verdict"))
+    best = answer.best_table(frame, defaults("verdict"))
     assert list(zip(best["load"], best["best_budget"])) == [("c1", 4), ("c2", 4), ("c4", 4)]
     assert set(best["budgets_missing"]) == {"8"}
 
@@ -107,7 +107,7 @@ def test_a_goodput_row_that_met_nothing_is_no_best_budget_not_zero():
         "name": ["tp1-b0-ctx128", "tp1-b4-ctx128"], "tp": [1, 1], "budget": [0, 4], "context": [128, 128],
         "section": ["chat", "chat"], "load": ["slo", "slo"], "status": ["ok", "ok"], "reason": ["", ""],
         **{c: [np.nan, np.nan] for c in aggregate.METRIC_COLUMNS}})
-    best = report.best_table(aggregate.add_speedup(frame, defaults("verdict")), defaults("verdict"))
+    best = answer.best_table(aggregate.add_speedup(frame, defaults("verdict")), defaults("verdict"))
     assert len(best) == 1 and pd.isna(best["best_budget"].iloc[0]) and best["budgets_measured"].iloc[0] == "0 4"
     page = report.front_page(load_study(), aggregate.add_speedup(frame, defaults("verdict")), best)
     assert "none within the objective" in page

@@ -7,7 +7,7 @@ import random
 import pandas as pd
 
 from factories import launches
-from specsweep.analysis import aggregate, race, report
+from specsweep.analysis import aggregate, answer, race
 from specsweep.records import status
 from specsweep.study.loading import defaults
 
@@ -49,8 +49,8 @@ def test_racing_reaches_the_fixed_designs_verdict_with_fewer_launches():
         draws = {(c, b): launches(rng, {b: rate}, n=most, between=0.05)[b] for c, row in truth.items()
                  for b, rate in row.items()}
         taken = race_on(draws, most)
-        raced = report.best_table(frame_of(draws, taken), defaults("verdict"))
-        fixed = report.best_table(frame_of(draws, dict.fromkeys(draws, most)), defaults("verdict"))
+        raced = answer.best_table(frame_of(draws, taken), defaults("verdict"))
+        fixed = answer.best_table(frame_of(draws, dict.fromkeys(draws, most)), defaults("verdict"))
         assert list(raced["best_budget"]) == list(fixed["best_budget"]) == [8, 4], seed
         assert taken[128, 8] == taken[128, 0] == 2  # the decided cell got nothing past the first round
         spent.append(sum(taken.values()))

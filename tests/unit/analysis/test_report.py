@@ -2,7 +2,7 @@
 
 from factories import result_doc
 from specsweep import study
-from specsweep.analysis import aggregate, report
+from specsweep.analysis import aggregate, answer, report
 from specsweep.records import store
 from specsweep.study.loading import defaults
 
@@ -20,12 +20,12 @@ def test_a_launch_whose_checks_read_nothing_is_named_on_the_front_page_and_its_o
     frame = aggregate.summarize(cfg, runs, failures)
     unchecked = report.unchecked_checks(frame, runs)
     assert unchecked == {"tp1-b4-ctx128": [unread]}
-    page = report.front_page(cfg, frame, report.best_table(frame, defaults("verdict")), unchecked)
+    page = report.front_page(cfg, frame, answer.best_table(frame, defaults("verdict")), unchecked)
     assert "Measured with a check unread" in page and f"- ``tp1-b4-ctx128``: {unread}" in page
     assert "tp1-b0-ctx128``:" not in page.split("Measured with a check unread")[1]
     pages = report.configuration_pages(cfg, frame, runs, failures)
     assert f"<th>NOT checked</th><td>{unread}</td>" in pages["tp1-b4-ctx128"]
     assert "<th>NOT checked</th><td>none</td>" in pages["tp1-b0-ctx128"]
     # Every check read: no such list on the front page.
-    best = report.best_table(frame, defaults("verdict"))
+    best = answer.best_table(frame, defaults("verdict"))
     assert "Measured with a check unread" not in report.front_page(cfg, frame, best, {})

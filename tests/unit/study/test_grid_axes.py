@@ -15,7 +15,7 @@ import yaml
 from conftest import DATA
 from factories import result_doc
 from specsweep import axes, cli, study
-from specsweep.analysis import aggregate, compare, ledger, partial_reports, plot, report
+from specsweep.analysis import aggregate, answer, compare, ledger, partial_reports, plot, report
 from specsweep.errors import ConfigError
 from specsweep.records.failure import Failure
 from specsweep.records.store import write_json_atomic
@@ -122,15 +122,15 @@ def test_summary_speedup_and_best_budget_are_per_value_of_the_study_axis(tmp_pat
     assert short.loc["tp1-b4-ctx64-kvq8_0", "speedup"] == pytest.approx(rate["tp1-b4-ctx64-kvq8_0"]
                                                                         / rate["tp1-b0-ctx64-kvq8_0"])
     assert short.loc["tp1-b4-ctx64-kvf16", "speedup"] > 1 > short.loc["tp1-b4-ctx64-kvq8_0", "speedup"]
-    best = report.best_table(frame, defaults("verdict"))
+    best = answer.best_table(frame, defaults("verdict"))
     assert list(best.columns[:4]) == ["tp", "context", "kv", "section"]
-    answer = best[best["section"] == "short"].set_index("kv")["best_budget"]
-    assert answer.to_dict() == {"f16": 4, "q8_0": 0}
+    named = best[best["section"] == "short"].set_index("kv")["best_budget"]
+    assert named.to_dict() == {"f16": 4, "q8_0": 0}
 
 
 def test_front_page_and_terminal_answer_show_the_axis(tmp_path):
     cfg, frame = kv_results(tmp_path, RATES)
-    best = report.best_table(frame, defaults("verdict"))
+    best = answer.best_table(frame, defaults("verdict"))
     best.to_csv(tmp_path / "best.csv", index=False)
     page = report.front_page(cfg, frame, best)
     assert "kv ['f16', 'q8_0']" in page and "     - kv" in page
@@ -214,7 +214,7 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     assert set(frame["launches"]) == {1} and frame["speedup_low"].isna().all()
     # The verdict of one launch rests on its repeats, and says so; its figures are those the old
     # best table showed for the budget it names.
-    best = report.best_table(frame, defaults("verdict"))
+    best = answer.best_table(frame, defaults("verdict"))
     before = pd.read_csv(folder / "results" / "best.csv")
     assert set(best["basis"]) == {"repeats"} and set(best["launches"]) == {2}
     for row in best.to_dict("records"):
@@ -227,9 +227,9 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
                      tables_html=(tmp_path / "s.html", tmp_path / "b.html"), study_yaml="",
                      study_html=tmp_path / "y.html")
     assert "miss the noise between launches" in (tmp_path / "front.rst").read_text()
-    answer = report.terminal_answer(folder / "results" / "summary.csv", folder / "results" / "best.csv")
-    assert any(line.split()[:4] == ["1", "64", "short", "c1"] for line in answer.splitlines()), answer
-    assert "misses the noise between launches" in answer
+    printed = report.terminal_answer(folder / "results" / "summary.csv", folder / "results" / "best.csv")
+    assert any(line.split()[:4] == ["1", "64", "short", "c1"] for line in printed.splitlines()), printed
+    assert "misses the noise between launches" in printed
     out = tmp_path / "c.csv"
     assert cli.main(["compare", str(folder / "results"), str(folder / "results"), "--csv", str(out)]) == 0
     assert set(pd.read_csv(out)["verdict"]) == {"~"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specsweep.analysis import aggregate, report, verdict
+from specsweep.analysis import aggregate, answer, verdict
 from specsweep.records import status
 from specsweep.records.store import write_text_atomic
 
@@ -24,8 +24,8 @@ def contenders(config: dict, frame: pd.DataFrame, round_: int) -> tuple[list[str
     """(configurations that get launch round + 1, the undecided cells as words), in grid order."""
     if round_ >= config["verdict"]["until_decided"]["max_launches"]:
         return [], []
-    best = report.best_table(frame, config["verdict"])
-    keys = report.keys_of_best(best)
+    best = answer.best_table(frame, config["verdict"])
+    keys = answer.keys_of_best(best)
     racing = frame[(frame["status"] == status.OK) & (frame["launches"] == round_)]
     chosen, cells = set(), []
     for row in best[best["verdict"] == verdict.UNDECIDED].to_dict("records"):

@@ -51,14 +51,15 @@ localrules:
     archive,
 
 
+# Snakemake's handlers (specsweep/plan.py): the results kept in history before any job may
+# delete one for a rerun; the answer on the terminal after a run; the partial reports after a failure.
 onstart:
-    copy_results_to_history()
+    PLAN.before_run()
 
 
 onsuccess:
-    clean_partial_reports()
-    print_answer()
+    PLAN.after_success()
 
 
 onerror:
-    report_failed_run()
+    PLAN.after_failure()

@@ -23,7 +23,7 @@ from specsweep.servers.backends import llama_server_build
 from specsweep.servers.command import server_argv
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import Section
-from specsweep.study import prompt_sets
+from specsweep.study import loading
 from specsweep.study.grid import expand_grid
 from specsweep.study.loading import load_study, validate_study
 
@@ -45,7 +45,7 @@ def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list
     argv = server_argv(spec, port)
     with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
-        prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests, length=context,
+        prompts = workload.set_prompts(server, loading.default_prompts(), count=requests, length=context,
                                        output_tokens=tokens)
         before = client.metrics(server.base_url)
         records, _ = workload.run_section(server, Section(**section), prompts, stall_timeout_s=60)

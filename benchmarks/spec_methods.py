@@ -16,7 +16,7 @@ from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
 from specsweep.servers.backends import llama_server_build
 from specsweep.servers.process import ServerProcess
-from specsweep.study import prompt_sets
+from specsweep.study import loading
 from specsweep.study.loading import load_study
 
 LLAMA = get_backend("llama-server")
@@ -40,7 +40,7 @@ def measure(binary: str, model: str, extra: list[str], *, context: int, tokens: 
     with ServerProcess(argv, port=port, log_path=log, startup_timeout_s=120, backend=LLAMA) as server:
         server.wait_ready()
         # Distinct ShareGPT prompts, the same for every method and budget: none re-sent on a server.
-        prompts = workload.set_prompts(server, prompt_sets.default_source(), count=requests + 1, length=context,
+        prompts = workload.set_prompts(server, loading.default_prompts(), count=requests + 1, length=context,
                                        output_tokens=tokens)
         client.stream_completion(server.backend, server.base_url, prompt=list(prompts[-1].tokens), n_predict=16,
                                  stall_timeout_s=60, section="warmup", index=0, t0=0)

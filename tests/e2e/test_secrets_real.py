@@ -12,7 +12,7 @@ from specsweep.measure import workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
 from specsweep.servers.process import ServerProcess
-from specsweep.study import prompt_sets
+from specsweep.study import loading
 
 LLAMA = get_backend("llama-server")
 
@@ -28,7 +28,7 @@ def test_without_the_bearer_token_the_keyed_server_refuses(embedded, tmp_path):
         server.wait_ready()
         with pytest.raises(InvalidResponse, match="HTTP 401"):
             LLAMA.tokenize(server.base_url, "hello world")  # no bearer token
-        assert len(workload.set_prompts(server, prompt_sets.default_source(), count=1, length=4)[0].tokens) == 4
+        assert len(workload.set_prompts(server, loading.default_prompts(), count=1, length=4)[0].tokens) == 4
         pid = server.pid
     assert "k-123" not in (tmp_path / "server.log").read_text()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

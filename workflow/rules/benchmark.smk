@@ -15,7 +15,8 @@ rule set_aside:
 
 rule run_configuration:
     input:
-        manifests=get_provisioned,
+        # What the study leaves to the pipeline (the same for every job: a list, not a function).
+        manifests=list(PLAN.provisioned.values()),
         set_aside=get_set_aside,
     output:
         paths.RUN_RESULT,

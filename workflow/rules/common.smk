@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import os
 import re
@@ -7,11 +6,11 @@ import sys
 from pathlib import Path
 
 from specsweep import study
-from specsweep.analysis import ledger
-from specsweep.measure import provenance
-from specsweep.records import paths, store
-from specsweep.study import grid, offline, prompt_sets, targets
 from specsweep.errors import ConfigError, ProvisionError
+from specsweep.measure import provenance
+from specsweep.plan import Plan
+from specsweep.records import paths, store
+from specsweep.study import grid, offline, targets
 
 # The schema (workflow/specsweep/schemas/config.schema.yaml, defaults filled in) and every check
 # it cannot express, before any job is planned: a study mistake stops `snakemake -n` with one line.
@@ -70,20 +69,6 @@ os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
 QUIET_HOST = json.dumps(config["quiet_host"], sort_keys=True)
 
 
-class Unrecorded:
-    """A param value Snakemake neither records nor compares (not of a builtin type): the command
-    sees its text, a change of it reruns nothing."""
-
-    def __init__(self, text=""):
-        self.text = text
-
-    def __str__(self):
-        return self.text
-
-
-UNRECORDED = Unrecorded()
-
-
 # A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
 wildcard_constraints:
     name=r"tp\d+-b\d+-ctx\d+(-[a-z][A-Za-z0-9_.+]*)*",
@@ -93,125 +78,51 @@ wildcard_constraints:
     digest=r"[0-9a-f]{12}",
 
 
-# The grid, expanded once: per-job lookups in it keep planning linear in the grid's size.
-SPECS = {spec.name: spec for spec in study.expand_grid(config)}
-
-# Planning only reads. Results that cannot stand, and launches missing under a standing summary,
-# are found here and set aside by the run's first job (rule set_aside), so `snakemake -n` shows
-# what the run will measure again and changes nothing. A cluster job parses this file again on
-# its node after that job ran: the recorded markers alone tell it its inputs.
-SET_ASIDE = ledger.recorded_set_asides()
-PLAN = ledger.plan_set_aside(config) if workflow.is_main_process else ledger.SetAside()
-if PLAN:
-    SET_ASIDE[str(paths.set_aside_marker(PLAN.digest()))] = PLAN
-    for line in PLAN.lines():
+# Planning only reads (specsweep/plan.py). Results that cannot stand, and launches missing under a
+# standing summary, are found here and set aside by the run's first job (rule set_aside), so
+# `snakemake -n` shows what the run will measure again and changes nothing.
+PLAN = Plan.of(config, main=workflow.is_main_process)
+if workflow.is_main_process:
+    for line in PLAN.notes():
         print(f"specsweep: {line}", file=sys.stderr)
-SET_ASIDE_FOR = ledger.markers_by_launch(SET_ASIDE)
-PROVISIONED = study.provisioned(config)
-# Launches every configuration gets, and the most racing may give one (verdict.until_decided).
-LAUNCHES = ledger.launches_planned(config)
 RACING = config["verdict"]["until_decided"]
-MOST_LAUNCHES = ledger.most_launches(config)
-MEASURED = [
-    name
-    for name, spec in SPECS.items()
-    if ledger.exclusion_reason(config, spec) is None
-]
-if RACING and workflow.is_main_process:
-    print(
-        f"specsweep: racing: the first round measures {LAUNCHES * len(MEASURED)} launches "
-        f"({LAUNCHES} of each of {len(MEASURED)} configurations); then launches only where a "
-        f"cell is undecided, {MOST_LAUNCHES * len(MEASURED)} at most "
-        f"({MOST_LAUNCHES} each)",
-        file=sys.stderr,
-    )
-LAUNCH = {name: study.shown_command(spec) for name, spec in SPECS.items()}
-
-
-def get_spec(wildcards):
-    """The grid point behind a result path; a path outside the grid is an error."""
-    name = wildcards.name
-    if name not in SPECS:
-        raise ValueError(
-            f"{name} is not in the study's grid; list it with: specsweep grid"
-        )
-    return SPECS[name]
-
-
-def get_launch_spec(wildcards):
-    """The spec of one launch of a configuration; a launch the study cannot reach is an error."""
-    launch = int(wildcards.launch)
-    if launch > MOST_LAUNCHES:
-        raise ValueError(
-            f"launch {launch} of {wildcards.name}: the study gives each configuration "
-            f"{MOST_LAUNCHES} at most (workload.launches, verdict.until_decided)"
-        )
-    return dataclasses.replace(get_spec(wildcards), launch=launch)
+# The params of the provision rule, one per pin of provision: and prompt_set (Plan.provision_record).
+PROVISION_RECORD = {
+    key: lambda wildcards, key=key: PLAN.provision_record(key, wildcards.target)
+    for key in PLAN.record_keys()
+}
 
 
 def get_run_spec(wildcards):
     """Everything that defines the measurement, as params: changing any of it reruns the job."""
-    return get_launch_spec(wildcards).to_json()
+    return PLAN.launch_spec(wildcards.name, int(wildcards.launch)).to_json()
 
 
 def get_launch_priority(wildcards):
     """Launch k of every configuration runs before launch k + 1 of any (study.grid.launch_priority)."""
     return grid.launch_priority(
-        list(SPECS), wildcards.name, int(wildcards.launch), MOST_LAUNCHES
+        list(PLAN.specs), wildcards.name, int(wildcards.launch), PLAN.most_launches
     )
-
-
-def get_provisioned(wildcards):
-    """Manifests of what the study asks the pipeline to provision ("embedded"); none otherwise."""
-    return list(PROVISIONED.values())
 
 
 def get_set_aside(wildcards):
     """The set-aside markers of this launch (ledger.SetAside): its old result moved aside first."""
-    return SET_ASIDE_FOR.get((wildcards.name, int(wildcards.launch)), [])
+    return PLAN.set_aside_before(wildcards.name, int(wildcards.launch))
 
 
 def get_set_asides(wildcards):
     """Every set-aside marker: the summary is made anew after each."""
-    return list(SET_ASIDE)
+    return list(PLAN.set_aside)
 
 
 def get_set_aside_plan(wildcards):
-    """What the set-aside job moves: the plan this parse found (a marker not planned is an error)."""
-    marker = str(paths.set_aside_marker(wildcards.digest))
-    if marker not in SET_ASIDE:
-        raise ValueError(f"{marker}: no set-aside is planned under this name")
-    return SET_ASIDE[marker].to_json()
-
-
-def get_provision_record(key):
-    """One param of the provision rule, what a target is made from, as Snakemake recorded it when
-    each target had a rule of its own (each pin its own param, a prompt set's two pins one mapping
-    named prompt_set). A study provisioned then is neither provisioned nor measured again
-    (rerun-triggers include params), and a changed pin remakes only the targets made from it.
-    """
-
-    def record(wildcards):
-        target = wildcards.target
-        if target.startswith(targets.PROMPTS):
-            name = target.removeprefix(targets.PROMPTS)
-            return prompt_sets.pins(config, name) if key == "prompt_set" else UNRECORDED
-        return targets.pins(config, target).get(key, UNRECORDED)
-
-    return record
-
-
-# The params of the provision rule, one per pin of the schema's provision: and the prompt set's.
-PROVISION_RECORD = {
-    key: get_provision_record(key) for key in [*config["provision"], "prompt_set"]
-}
+    """What the set-aside job moves (a marker not planned is an error)."""
+    return PLAN.set_aside_plan(wildcards.digest)
 
 
 def get_provision_pins(wildcards):
     """The pins a target is made from, as JSON for its command (recorded by PROVISION_RECORD)."""
-    return Unrecorded(
-        json.dumps(targets.pins(config, wildcards.target), sort_keys=True)
-    )
+    return PLAN.provision_pins(wildcards.target)
 
 
 def get_provision_needs(wildcards):
@@ -221,12 +132,12 @@ def get_provision_needs(wildcards):
 
 def get_launch_command(wildcards):
     """The server's argv as it will run (port picked at run time), for snakemake -n -p."""
-    return LAUNCH[get_spec(wildcards).name]
+    return PLAN.shown[PLAN.spec(wildcards.name).name]
 
 
 def get_gpus(wildcards):
     """GPUs a configuration asks the scheduler for: its tp on a GPU study, none on a CPU one."""
-    return get_spec(wildcards).tp if config["server"]["gpu"] else 0
+    return PLAN.gpus(wildcards.name)
 
 
 def get_attempt(wildcards, attempt):
@@ -237,7 +148,7 @@ def get_attempt(wildcards, attempt):
 def get_run_results(wildcards):
     """Every launch of the grid minus excluded configurations (those appear in the summary
     only): workload.launches each, then what racing's rounds added."""
-    return get_launches_through(MOST_LAUNCHES)
+    return get_launches_through(PLAN.most_launches)
 
 
 def get_race_inputs(wildcards):
@@ -246,20 +157,16 @@ def get_race_inputs(wildcards):
 
 
 def get_launches_through(last):
-    """The launch results up to launch ``last``: the fixed ones, then each racing round's
-    contenders' next launch, as far as the finished rounds say (a checkpoint each)."""
-    files = [
-        str(paths.run_result(name, k))
-        for k in range(1, LAUNCHES + 1)
-        for name in MEASURED
-    ]
-    for round_ in range(LAUNCHES, last if RACING else LAUNCHES):
+    """The launch results up to launch ``last``, as far as the finished racing rounds say (a
+    checkpoint each)."""
+    raced = []
+    for round_ in range(PLAN.launches, last if RACING else PLAN.launches):
         decided = checkpoints.race_round.get(round=round_).output[0]
         contenders = store.read_race_round(decided)
         if not contenders:
             break
-        files += [str(paths.run_result(name, round_ + 1)) for name in contenders]
-    return files
+        raced.append(contenders)
+    return PLAN.launch_results(last, raced)
 
 
 def get_study_json(wildcards):
@@ -294,46 +201,9 @@ def get_front_page():
 
 
 def get_plot_title(wildcards):
-    return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
+    return PLAN.plot_title()
 
 
 def get_plot_facets(wildcards):
     """The study's choice of where each axis goes in the summary figure (config plot:)."""
-    return shlex.join(
-        f"--{role}={axis}" for role, axis in config["plot"].items() if axis is not None
-    )
-
-
-def copy_results_to_history():
-    """Keep every measured result before any job may delete it for a rerun (onstart); those the
-    plan refused (damaged, or another study's) are no measurement of this study's."""
-    from specsweep.records.store import copy_to_history
-
-    copy_to_history(
-        paths.RUNS, paths.HISTORY, skip={Path(r.path) for r in PLAN.refused}
-    )
-
-
-def report_failed_run():
-    """After a failed run: the partial summary and the failure table (analysis/partial_reports.py)."""
-    from specsweep.analysis import partial_reports
-
-    print(
-        partial_reports.report_failed_run(config, get_plot_title(None)), file=sys.stderr
-    )
-
-
-def clean_partial_reports():
-    """Once nothing is missing, the partial reports go (analysis/partial_reports.py)."""
-    from specsweep.analysis import partial_reports
-
-    partial_reports.clean(config)
-
-
-def print_answer():
-    """After a run that made the summary: the answer on the terminal, where a person looks first."""
-    from specsweep.analysis.report import terminal_answer
-
-    made = (paths.SUMMARY_PNG, paths.BEST_CSV, paths.SUMMARY_CSV)
-    if all(path.is_file() for path in made):
-        print(terminal_answer(paths.SUMMARY_CSV, paths.BEST_CSV), file=sys.stderr)
+    return PLAN.plot_facets()

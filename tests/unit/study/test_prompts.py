@@ -14,7 +14,7 @@ from specsweep.errors import ConfigError, PromptReused
 from specsweep.measure import runner, workload
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import InvalidResult, Result
-from specsweep.study import prompt_sets
+from specsweep.study import loading
 from specsweep.study.prompts import build_prompts, chunks, prompt_id, read_documents
 
 
@@ -67,7 +67,7 @@ def strict_tokenizer(limit: int):
 
 @pytest.mark.parametrize("name", ["sharegpt", "humaneval"])
 def test_the_shipped_prompt_sets_are_distinct_real_text(name):
-    source = prompt_sets.default_source(name)
+    source = loading.default_prompts(name)
     docs = read_documents(source["prompts"])
     assert source["documents"] == len(docs) == len(set(docs)) and source["set"] == name
     assert len(docs) > (15_000 if name == "sharegpt" else 160)  # sharegpt: 16,788 whole conversations, 108 MB
@@ -84,7 +84,7 @@ def test_the_example_gpu_studies_get_their_prompts_at_their_largest_context(conf
 
     cfg = study.validate_study(__import__("yaml").safe_load((REPO / configfile).read_text()))
     spec = max(study.expand_grid(cfg), key=lambda s: s.context)
-    docs = read_documents(prompt_sets.default_source(spec.prompt_set)["prompts"])
+    docs = read_documents(loading.default_prompts(spec.prompt_set)["prompts"])
     limit = spec.context + spec.max_output_tokens
     built = build_prompts(strict_tokenizer(limit), docs, count=spec.prompts_needed, length=spec.context,
                           chunk_chars=workload._chunk_chars(spec.context, spec.max_output_tokens), source="set")
@@ -98,7 +98,7 @@ def test_the_humaneval_set_cannot_fill_the_seeds_study_and_says_so_with_numbers(
     cfg = study.validate_study({**__import__("yaml").safe_load((REPO / "config/sglang-ddtree.yaml").read_text()),
                                 "workload": {"prompt_set": "humaneval", "repeats": 2}})
     spec = max(study.expand_grid(cfg), key=lambda s: s.context)
-    docs = read_documents(prompt_sets.default_source("humaneval")["prompts"])
+    docs = read_documents(loading.default_prompts("humaneval")["prompts"])
     with pytest.raises(ConfigError, match=rf"has {len(docs)} distinct documents, all used by the first \d+ of the "
                                           rf"{spec.prompts_needed} prompts of 25000 tokens"):
         build_prompts(strict_tokenizer(30_000), docs, count=spec.prompts_needed, length=spec.context,

@@ -82,6 +82,13 @@ def _chosen(study: dict, key: str):
     return node
 
 
+def default_prompts(name: str = "sharegpt") -> dict:
+    """A prompt set at the pins a study gets by default, provisioned if need be (benchmarks, tests)."""
+    from specsweep.study import prompt_sets
+
+    return prompt_sets.provision(name, **prompt_sets.pins({"provision": defaults("provision")}, name))
+
+
 def defaults(section: str) -> dict:
     """The schema's defaults of one top-level mapping (verdict, compare, plot, provision, ...): what
     a command run by hand takes where the study is not given. The schema owns every default."""

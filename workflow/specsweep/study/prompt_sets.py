@@ -139,10 +139,3 @@ def pins(config: dict, name: str) -> dict[str, str]:
     """The pinned wheel of a prompt set in a study config: {"version", "sha256"}."""
     key = SETS[name].pin
     return {"version": config["provision"][f"{key}_version"], "sha256": config["provision"][f"{key}_sha256"]}
-
-
-def default_source(name: str = "sharegpt") -> dict:
-    """A prompt set at the pins a study gets by default, provisioned if need be (benchmarks, tests)."""
-    from specsweep.study.loading import defaults  # loading imports this module
-
-    return provision(name, **pins({"provision": defaults("provision")}, name))

@@ -20,7 +20,7 @@ from specsweep.analysis.ledger import (
 from specsweep.errors import IncomparableResults
 from specsweep.records import paths
 from specsweep.records.result import METRICS, SEARCH_COLUMNS
-from specsweep.records.status import EXCLUDED, FAILED, INVALID, MISSING, OK
+from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_RUN, OK
 from specsweep.records.store import InvalidResult, latest_failure, read_result, write_text_atomic
 from specsweep.spec import RunSpec
 from specsweep.study.grid import expand_grid
@@ -69,7 +69,7 @@ def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path, l
     if failure is not None:
         return _status_rows(base, spec, FAILED, f"[{failure.failure_class}] {failure.reason}")
     missing = [k for k in wanted if k not in found]
-    return _status_rows(base, spec, MISSING, "no result and no failure record" if not found else
+    return _status_rows(base, spec, NOT_RUN, "no result and no failure record" if not found else
                         f"launch {' '.join(map(str, missing))} of {len(wanted)} not run, and no failure record")
 
 

@@ -17,8 +17,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from specsweep.study.loading import defaults
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     pins = study.load_study(REPO / "config/config.yaml")["provision"]
     binary, model = llama_server_build.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
-    doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    doc = study.load_study(REPO / "config/config.yaml")
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}
     doc["workload"]["repeats"] = args.repeats

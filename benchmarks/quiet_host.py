@@ -22,14 +22,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 HOG = "import time\nend = time.time() + 300\nwhile time.time() < end:\n    pass\n"
 
 
 def study_doc(binary: str, model: str, pinned: int | None = None) -> dict:
-    doc = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    from specsweep import study
+
+    doc = study.load_study(REPO / "config/config.yaml")
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0], "tp": [1], "context": [128]}
     if pinned is not None:

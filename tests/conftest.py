@@ -123,7 +123,7 @@ def default_config() -> dict:
 
 def small_study(**overrides) -> dict:
     """A study small enough for end-to-end tests: seconds per configuration on 2 cores."""
-    base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    base = study.load_study(REPO / "config" / "config.yaml")  # the schema's defaults filled in
     base["grid"] = {"budget": [0, 4], "tp": [1], "context": [64]}
     base["workload"] = {
         "seed": 1,

@@ -14,6 +14,7 @@ from specsweep.records import store
 from specsweep.records.result import Result
 
 
+@pytest.mark.alone  # the rate found is compared with the request durations: a timing neighbours would disturb
 def test_the_search_finds_the_stand_ins_sustainable_rate_on_one_launch(tmp_path, model):
     rc, err = run_cli(tmp_path, goodput_study(model))
     assert rc == 0, err

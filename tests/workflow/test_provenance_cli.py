@@ -47,7 +47,7 @@ def test_a_result_records_where_it_came_from(tmp_path, model, monkeypatch):
     code, err = run_cli(tmp_path, fault_study(model), "--quiet-host", relaxed)
     assert code == 0, err
     doc = load(tmp_path / "runs" / f"{NAME}.json")
-    assert doc["schema_version"] == 5
+    assert doc["schema_version"] == store.RESULT_VERSION
     prov = doc["provenance"]
     assert prov["code"]["git_commit"] == git("rev-parse", "HEAD")
     assert prov["code"]["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))

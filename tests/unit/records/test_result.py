@@ -86,12 +86,23 @@ def test_a_version_3_result_of_main_at_3546885_reads_its_lease_and_quiet_host_fi
         assert section["quiet_host"] == before["host_load"] and "host_load" not in section
 
 
+def test_a_version_5_result_reads_its_servers_slot_context_as_max_context(spec):
+    doc = result_doc(spec)
+    doc["server"]["max_context"] = 4096
+    old = {**doc, "schema_version": 5, "server": {("slot_context" if k == "max_context" else k): v
+                                                   for k, v in doc["server"].items()}}
+    assert "max_context" not in old["server"]
+    assert store.Result.from_json(old).to_json() == doc  # the same document, under the new name
+    raw = json.loads((Path(__file__).parents[2] / "data/results-3546885/results/runs/tp1-b0-ctx64.json").read_text())
+    assert store.Result.from_json(raw).server["max_context"] == raw["server"]["slot_context"] == 256
+
+
 def test_an_older_result_is_migrated_and_a_newer_one_refused():
     spec = study.expand_grid(study.validate_study({}))[0]
     doc = result_doc(spec)
     old = {k: v for k, v in doc.items() if k not in ("provenance", "hardware")} | {"schema_version": 1}
     migrated = Result.from_json(old)
-    assert migrated.provenance == {"migrated_from": 1} and migrated.to_json()["schema_version"] == 5
+    assert migrated.provenance == {"migrated_from": 1} and migrated.to_json()["schema_version"] == 6
     with pytest.raises(store.InvalidResult, match="schema version 99"):
         Result.from_json({**doc, "schema_version": 99})
     assert Result.from_json(doc).summary_rows()[0]["output_tok_s"] == doc["sections"][0]["output_tok_s"]

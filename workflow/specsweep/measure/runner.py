@@ -402,7 +402,7 @@ def build_result(spec: RunSpec, *, argv, facts: backends.Facts, checked: backend
             "env": env or {},
             "version": facts.version,
             "build_info": facts.build_info,
-            "slot_context": facts.max_context,
+            "max_context": facts.max_context,
             "budget": backends.get(spec.backend).budget_meaning(spec),
             "total_slots": facts.total_slots,
             "reported": facts.detail,

@@ -22,6 +22,9 @@ Schema history (``schema_version``):
       study's settings (``isolation.guard`` before) are both ``quiet_host``, and what the lease
       held (devices, ports, the wait; the rest of ``isolation``) is ``lease``. Older files are
       renamed on read, figures unchanged.
+  6 - the longest request the running server said it takes is ``server.max_context`` for every
+      backend (``slot_context`` before: llama-server's word, also used for vLLM's ``max_model_len``
+      and SGLang's ``max_context_length``). Older files are renamed on read, value unchanged.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ SCHEMA = "specsweep.result"
 # share; the rest (study, server version, host class) is what a comparison is for. Within one
 # study's summary every key must be equal.
 ACROSS_STUDIES = ("model",)
-VERSION = 5
-READS = (1, 2, 3, 4, 5)
+VERSION = 6
+READS = (1, 2, 3, 4, 5, 6)
 
 
 class InvalidResult(ValueError):
@@ -209,6 +212,8 @@ def _migrated(body: dict, version: int) -> dict:
         body = {**body, "sections": [{**sec, "load": _load_of(sec)} for sec in body["sections"]]}
     if version in (1, 2, 3, 4):
         body = _one_quiet_host_name(body)
+    if version in (1, 2, 3, 4, 5):
+        body = {**body, "server": {("max_context" if k == "slot_context" else k): v for k, v in body["server"].items()}}
     return body
 
 

@@ -56,13 +56,13 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
     run = subprocess.run(["bash", "-euc", block], cwd=elsewhere, capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     folder = elsewhere / "study"
-    assert "all" in run.stdout and "files match the manifest" in run.stdout
+    assert "all" in run.stdout and "files match their checksums" in run.stdout
     assert filecmp.cmp(folder / "rebuilt.csv", folder / "results" / "summary.csv", shallow=False)
     planned = set(re.findall(r"output: results/runs/(tp\S+)/launch1\.json", run.stdout))
     archived = {p.parent.name for p in (folder / "results" / "runs").glob("*/launch1.json")}
     assert planned == archived == {"tp1-b0-ctx64", "tp1-b2-ctx64"}  # the exclusion stays excluded
 
-    assert {"config.yaml", "REPRODUCE.md", "MANIFEST.sha256", "code", "environment", "results", "logs"} <= \
+    assert {"config.yaml", "REPRODUCE.md", "SHA256SUMS", "code", "environment", "results", "logs"} <= \
         {p.name for p in folder.iterdir()}
     assert (folder / "code" / "COMMIT").read_text().strip() == git("rev-parse", "HEAD")
     assert "snakemake==" in (folder / "environment" / "requirements.lock").read_text()

@@ -14,7 +14,7 @@ def test_a_truncated_archive_is_named_by_verify_and_compare_without_a_traceback(
     folder = tmp_path / "study"
     (folder / "results").mkdir(parents=True)
     (folder / "results" / "summary.csv").write_text("name,status\n" + "x,ok\n" * 20000)
-    (folder / archive.MANIFEST).write_text("")
+    (folder / archive.CHECKSUMS).write_text("")
     whole = tmp_path / "study.tar.gz"
     with tarfile.open(whole, "w:gz") as tar:
         tar.add(folder, arcname="study")

@@ -427,8 +427,8 @@ def args_archive(parser: argparse.ArgumentParser) -> None:
 def cmd_archive(args) -> int:
     from specsweep.analysis import archive
 
-    manifest = archive.build(_study(args), args.out)
-    print(f"{args.out}: {len(manifest)} files; unpack it and read study/REPRODUCE.md")
+    checksums = archive.build(_study(args), args.out)
+    print(f"{args.out}: {len(checksums)} files; unpack it and read study/REPRODUCE.md")
     return 0
 
 
@@ -448,7 +448,7 @@ def cmd_verify(args) -> int:
             found = archive.verify(archive.unpack(args.folder, Path(tmp)))
     else:
         found = archive.verify(args.folder)
-    print(f"{args.folder}: all {found.checked} files match the manifest")
+    print(f"{args.folder}: all {found.checked} files match their checksums")
     if found.unlisted:
         print(f"not checked, added after packing (not part of the study): {', '.join(found.unlisted)}")
     return 0
@@ -536,7 +536,7 @@ COMMANDS = {
     "compare": ("compare study B with study A, configuration by configuration", args_compare, cmd_compare),
     "report-data": ("best budgets, front page, failures and configuration pages", args_report_data, cmd_report_data),
     "archive": ("pack the study (config, code, environment, results, logs) in one file", args_archive, cmd_archive),
-    "verify": ("check an unpacked study archive (or the .tar.gz) against its manifest", args_verify, cmd_verify),
+    "verify": ("check an unpacked study archive (or the .tar.gz) against SHA256SUMS", args_verify, cmd_verify),
     "rebuild": ("the summary table again from an unpacked archive's raw results", args_rebuild, cmd_rebuild),
     "grid": ("list the configurations of a study", args_grid, cmd_grid),
     "doctor": ("check this host for a study before a long sweep: one line per check", args_doctor, cmd_doctor),

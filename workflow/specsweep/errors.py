@@ -190,7 +190,7 @@ class InconsistentStudy(SpecsweepError):
 
 
 class VerifyFailed(SpecsweepError):
-    """An unpacked archive does not match its checksum manifest."""
+    """An unpacked archive does not match its checksums (SHA256SUMS)."""
 
     failure_class = "verify-failed"
     exit_code = 25

@@ -1,5 +1,5 @@
 """One file that hands a study over: config, code, environment, raw results, failures, logs,
-summary and report, a checksum manifest and REPRODUCE.md; and the checks that reproduce it.
+summary and report, every file's SHA-256 (SHA256SUMS) and REPRODUCE.md; and the checks that reproduce it.
 
 Snakemake's own --archive packs the code but leaves results out, so it is not enough here.
 """
@@ -26,7 +26,11 @@ from specsweep.measure import provenance
 from specsweep.records import paths, store
 from specsweep.study.grid import expand_grid
 
-MANIFEST = "MANIFEST.sha256"
+# Every file's SHA-256 in `sha256sum`'s format (`sha256sum -c SHA256SUMS` checks it too); archives
+# made before 2026-12-05 name it MANIFEST.sha256, which verify still reads. ("Manifest" is a
+# provisioned target's record, study/manifests.py.)
+CHECKSUMS = "SHA256SUMS"
+CHECKSUMS_BEFORE = "MANIFEST.sha256"
 STUDY_CONFIG = "config.yaml"
 # What of a study folder goes in, besides the code and the generated files.
 INCLUDE = tuple(str(p) for p in (
@@ -79,7 +83,7 @@ def check_consistent(config: dict, root: Path) -> list[str]:
 
 
 def build(config: dict, out: Path, *, root: Path = Path(".")) -> dict:
-    """Write the archive (atomically); return its manifest {path: sha256}."""
+    """Write the archive (atomically); return its checksums {path: sha256}."""
     problems = check_consistent(config, root)
     if problems:
         raise InconsistentStudy("the study cannot be archived as one:\n  " + "\n  ".join(problems))
@@ -90,10 +94,10 @@ def build(config: dict, out: Path, *, root: Path = Path(".")) -> dict:
     for name in INCLUDE:
         files.update(_tree(root, name))
     files["REPRODUCE.md"] = reproduce_text(out.name).encode()
-    manifest = {path: hashlib.sha256(data).hexdigest() for path, data in sorted(files.items())}
-    files[MANIFEST] = "".join(f"{digest}  {path}\n" for path, digest in manifest.items()).encode()
+    checksums = {path: hashlib.sha256(data).hexdigest() for path, data in sorted(files.items())}
+    files[CHECKSUMS] = "".join(f"{digest}  {path}\n" for path, digest in checksums.items()).encode()
     _write_tar(out, files)
-    return manifest
+    return checksums
 
 
 def _tree(root: Path, name: str) -> dict[str, bytes]:
@@ -165,34 +169,34 @@ def unpack(archive: Path, dest: Path) -> Path:
 
 @dataclass(frozen=True)
 class Verified:
-    """What `verify` found: the manifest's files all match; ``unlisted`` were added after packing."""
+    """What `verify` found: the listed files all match their checksums; ``unlisted`` were added after packing."""
 
     checked: int
     unlisted: tuple[str, ...]
 
 
 def verify(folder: Path) -> Verified:
-    """Check every file the manifest lists; raise VerifyFailed naming what is missing or changed.
+    """Check every file SHA256SUMS lists; raise VerifyFailed naming what is missing or changed.
 
-    Files the manifest does not list are not the study's: REPRODUCE.md's own steps add some
+    Files it does not list are not the study's: REPRODUCE.md's own steps add some
     (a virtualenv, rebuilt.csv, Snakemake's .snakemake/ in code/). They are reported, grouped
     by folder, and never fail the check.
     """
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
-        raise VerifyFailed(f"{manifest} is missing: not a specsweep study archive")
+    sums = next((folder / name for name in (CHECKSUMS, CHECKSUMS_BEFORE) if (folder / name).is_file()), None)
+    if sums is None:
+        raise VerifyFailed(f"{folder / CHECKSUMS} is missing: not a specsweep study archive")
     bad, listed = [], set()
-    for line in manifest.read_text(errors="replace").splitlines():
+    for line in sums.read_text(errors="replace").splitlines():
         digest, _, path = line.partition("  ")
         listed.add(path)
         target = folder / path
         if not target.is_file():
             bad.append(f"{path}: missing")
         elif hashlib.sha256(target.read_bytes()).hexdigest() != digest:
-            bad.append(f"{path}: content differs from the manifest")
+            bad.append(f"{path}: content differs from its checksum in {sums.name}")
     if bad:
         raise VerifyFailed(f"{len(bad)} file(s) fail verification:\n  " + "\n  ".join(bad))
-    return Verified(len(listed), _unlisted(folder, listed | {MANIFEST}))
+    return Verified(len(listed), _unlisted(folder, listed | {sums.name}))
 
 
 def _unlisted(folder: Path, listed: set[str]) -> tuple[str, ...]:
@@ -225,13 +229,13 @@ This archive holds one specsweep study: its merged configuration (`config.yaml`)
 specsweep code that ran it (`code/`, from git; `code/UNCOMMITTED.diff` if the tree was dirty),
 the Python environment (`environment/requirements.lock`), every raw result
 (`results/runs/*.json`), failure record (`results/failures/`), log (`logs/`), the summary, the
-report, and `MANIFEST.sha256`, the SHA-256 of every file.
+report, and `SHA256SUMS`, the SHA-256 of every file.
 
 ```bash
 tar xzf {archive_name}                           # unpacks into study/
 cd study
 python3 -m venv .venv && . .venv/bin/activate && pip install -e code
-python -m specsweep verify .                     # (a) every file against the manifest
+python -m specsweep verify .                     # (a) every file against SHA256SUMS
 python -m specsweep rebuild . --out rebuilt.csv  # (b) the summary from the raw results
 cmp rebuilt.csv results/summary.csv              #     byte-identical
 cd code

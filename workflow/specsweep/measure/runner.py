@@ -84,7 +84,7 @@ HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a 
 
 def model_facts(path: str) -> dict:
     """Which model was measured, so studies can be compared: a file's size and SHA-256; a folder's
-    total size and the SHA-256 of its manifest (each file's relative path, size and SHA-256); a
+    total size and the SHA-256 of its listing (each file's relative path, size and SHA-256); a
     hub id as given (the server resolves it). Nothing larger than HASH_LIMIT_BYTES is hashed."""
     from specsweep.servers.provision import sha256_file
 
@@ -98,8 +98,8 @@ def model_facts(path: str) -> dict:
         files = sorted(p for p in target.rglob("*") if p.is_file())
         facts["bytes"], facts["files"] = sum(p.stat().st_size for p in files), len(files)
         if facts["bytes"] <= HASH_LIMIT_BYTES:
-            manifest = "".join(f"{p.relative_to(target)} {p.stat().st_size} {sha256_file(p)}\n" for p in files)
-            facts["sha256"] = hashlib.sha256(manifest.encode()).hexdigest()
+            listing = "".join(f"{p.relative_to(target)} {p.stat().st_size} {sha256_file(p)}\n" for p in files)
+            facts["sha256"] = hashlib.sha256(listing.encode()).hexdigest()
     else:
         facts["hub_id"] = path
     return facts

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_box import HW_THERMAL, IDLE, SW_POWER_CAP, box, h100
 from specsweep.errors import GpuThrottled
-from specsweep.measure import host_facts, leases, quiet_host
+from specsweep.measure import gpu_watch, host_facts, leases, quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)
@@ -69,7 +69,7 @@ def _readings(reasons: list[int], gpu: str = "0") -> list[dict]:
 
 
 def test_telemetry_gives_each_gpus_clocks_heat_power_and_shares():
-    [gpu] = quiet_host.gpu_telemetry(_readings([0, HW_THERMAL, SW_POWER_CAP, SW_POWER_CAP | IDLE]))
+    [gpu] = gpu_watch.telemetry(_readings([0, HW_THERMAL, SW_POWER_CAP, SW_POWER_CAP | IDLE]))
     assert gpu["samples"] == 4 and gpu["sm_clock_mhz"] == {"min": 1380, "mean": 1830.0, "max": 1980}
     assert gpu["temperature_c_max"] == 73 and gpu["power_w"] == {"mean": 301.5, "max": 303.0}
     assert gpu["memory_used_mib_max"] == 930
@@ -82,7 +82,7 @@ def test_telemetry_keeps_each_gpu_apart_and_rounds_as_documented():
     other = [{**r, "gpu": "1", "sm_clock_mhz": 1410, "reasons": 0} for r in one]
     for reading, clock, watts in zip(one, (1980, 1380, 1981), (300.0, 300.0, 301.04)):
         reading.update(sm_clock_mhz=clock, power_w=watts)
-    first, second = quiet_host.gpu_telemetry([r for pair in zip(one, other) for r in pair])
+    first, second = gpu_watch.telemetry([r for pair in zip(one, other) for r in pair])
     assert first["gpu"] == "0" and second["gpu"] == "1" and first["samples"] == second["samples"] == 3
     assert first["sm_clock_mhz"] == {"min": 1380, "mean": 1780.3, "max": 1981}
     assert first["power_w"] == {"mean": 300.3, "max": 301.0}
@@ -99,15 +99,15 @@ def test_a_gpu_slowed_for_heat_beyond_the_share_fails_the_section_and_the_power_
     with pytest.raises(GpuThrottled, match=r"^section short: GPU 0 ran slowed \(hw_thermal\) in 10% of 10 readings "
                                            r"\(SM clock 1380-1980 MHz, up to 79 C\), above "
                                            r"quiet_host.max_gpu_slowed_share = 5%"):
-        _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 9)))
-    _check(quiet_host.gpu_telemetry(_readings([HW_THERMAL] + [0] * 19)))  # 5%: at the share, kept
-    _check(quiet_host.gpu_telemetry(_readings([SW_POWER_CAP] * 20)))  # the configuration's own draw
+        _check(gpu_watch.telemetry(_readings([HW_THERMAL] + [0] * 9)))
+    _check(gpu_watch.telemetry(_readings([HW_THERMAL] + [0] * 19)))  # 5%: at the share, kept
+    _check(gpu_watch.telemetry(_readings([SW_POWER_CAP] * 20)))  # the configuration's own draw
     _check([])  # no NVML: nothing to judge
 
 
 def test_a_sampler_without_nvml_reads_nothing_and_starts_no_thread(monkeypatch):
     monkeypatch.setattr(host_facts, "nvml", lambda: None)
-    sampler = quiet_host.GpuSampler(("0",))
+    sampler = gpu_watch.Sampler(("0",))
     sampler.start()
     assert sampler._thread is None and sampler.stop() == []
 

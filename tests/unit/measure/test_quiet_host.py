@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from specsweep.errors import GpuThrottled, HostNotQuiet
-from specsweep.measure import quiet_host
+from specsweep.measure import gpu_watch, quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)
@@ -149,7 +149,7 @@ def test_quiet_host_fails_on_another_visible_process_on_our_gpus(monkeypatch):
         fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: i,
                                      nvmlDeviceGetComputeRunningProcesses=lambda h: procs if h == 1 else [])
         monkeypatch.setitem(sys.modules, "pynvml", fake)
-        found = quiet_host.gpu_foreign(("1",), own={os.getpid()})
+        found = gpu_watch.foreign(("1",), own={os.getpid()})
         assert [(p["pid"], p["visible"]) for p in found] == [(stranger.pid, True), (4_000_000, False)]
         with pytest.raises(HostNotQuiet, match=f"pid {stranger.pid} on GPU 1"):
             quiet_host.check("section short", _load(0.0, gpu=found), SETTINGS, [1.0], closed_loop=True)

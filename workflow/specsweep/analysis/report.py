@@ -15,7 +15,7 @@ from specsweep import axes
 from specsweep.analysis import verdict
 from specsweep.analysis.aggregate import not_ok
 from specsweep.analysis.answer import best_table, keys_of_best
-from specsweep.measure import quiet_host
+from specsweep.measure import gpu_watch
 from specsweep.records import paths, store
 from specsweep.records.result import Result
 from specsweep.records.status import OK
@@ -203,7 +203,7 @@ def _measured(results: list[Result], rows: pd.DataFrame) -> str:
 
 
 def _gpu_readings(result: Result) -> str:
-    """Each held GPU's clocks, heat and power per section (quiet_host.gpu_telemetry), where NVML read them."""
+    """Each held GPU's clocks, heat and power per section (gpu_watch.telemetry), where NVML read them."""
     rows = [{"section": s["name"], "load": s["load"], "gpu": g["gpu"], "readings": g["samples"],
              "SM MHz min": g["sm_clock_mhz"]["min"], "SM MHz mean": g["sm_clock_mhz"]["mean"],
              "max C": g["temperature_c_max"], "W mean": g["power_w"]["mean"], "W max": g["power_w"]["max"],
@@ -212,7 +212,7 @@ def _gpu_readings(result: Result) -> str:
             for s in result.sections for g in (s.get("quiet_host") or {}).get("gpu_telemetry") or []]
     if not rows:
         return ""
-    return (f"<h2>GPUs per section (NVML, every {quiet_host.SAMPLE_EVERY_S:g} s)</h2>"
+    return (f"<h2>GPUs per section (NVML, every {gpu_watch.SAMPLE_EVERY_S:g} s)</h2>"
             f"{pd.DataFrame(rows).to_html(index=False, float_format=lambda v: f'{v:.4g}')}")
 
 

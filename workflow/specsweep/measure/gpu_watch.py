@@ -1,0 +1,94 @@
+"""What the quiet-host guard reads of the job's GPUs through one section, by NVML: the other
+processes on them, and each GPU's SM clock, heat, power, memory and clock-event reasons, sampled
+on a thread of its own and summed up per GPU (``sections[].quiet_host.gpu_telemetry``). Judging
+the figures is the guard's (quiet_host.check); reading NVML is host_facts'.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import statistics
+import threading
+
+import psutil
+
+from specsweep.measure import host_facts
+
+
+def foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
+    """Processes on the job's GPUs other than its own, by NVML; [] without NVML or GPUs.
+
+    Inside a container NVML may report host pids that mean nothing here: those are listed with
+    ``visible: false`` and do not fail a section, since they cannot be told apart from our own.
+    """
+    lib = host_facts.nvml() if gpus else None
+    if lib is None:
+        return []
+    found = []
+    try:
+        for gpu in gpus:
+            for proc in lib.nvmlDeviceGetComputeRunningProcesses(host_facts.handle(lib, gpu)):
+                if proc.pid not in own:
+                    found.append({"gpu": gpu, "pid": proc.pid, "visible": psutil.pid_exists(proc.pid),
+                                  "used_memory": getattr(proc, "usedGpuMemory", None)})
+    except Exception:  # NVML errors never fail a measurement; they only leave the list short
+        return found
+    return found
+
+
+# How often a held GPU is read during a section: often enough that a throttled stretch of a
+# second shows, seldom enough (one NVML call set per GPU) to take nothing from the server.
+SAMPLE_EVERY_S = 0.2
+
+
+class Sampler:
+    """Each held GPU's SM clock, temperature, power, memory and clock-event reasons through one
+    section, read every SAMPLE_EVERY_S on a thread of its own (and once at each end)."""
+
+    def __init__(self, gpus: tuple[str, ...]):
+        self.gpus = gpus
+        self.samples: list[dict] = []
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.samples, self._thread = host_facts.gpu_sample(self.gpus), None
+        self._done.clear()
+        if self.samples:  # nothing NVML can read (no GPU, simulated ones): no thread
+            self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(SAMPLE_EVERY_S):
+            self.samples.extend(host_facts.gpu_sample(self.gpus))
+
+    def stop(self) -> list[dict]:
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+            self.samples.extend(host_facts.gpu_sample(self.gpus))
+        return telemetry(self.samples)
+
+
+def telemetry(samples: list[dict]) -> list[dict]:
+    """Per GPU: its samples' SM clock (min, mean, max), hottest temperature, power (mean, max),
+    most memory in use, the share of samples slowed for heat or power (host_facts.SLOWED) and at
+    the power cap, and every clock-event reason seen."""
+    out = []
+    for gpu in dict.fromkeys(s["gpu"] for s in samples):
+        mine = [s for s in samples if s["gpu"] == gpu]
+        clocks, power = [s["sm_clock_mhz"] for s in mine], [s["power_w"] for s in mine]
+        seen = functools.reduce(operator.or_, (s["reasons"] for s in mine), 0)
+        memory = [s["memory_used_mib"] for s in mine if "memory_used_mib" in s]  # not in results before 2026-12
+        out.append({
+            "gpu": gpu, "samples": len(mine),
+            "sm_clock_mhz": {"min": min(clocks), "mean": round(statistics.fmean(clocks), 1), "max": max(clocks)},
+            "temperature_c_max": max(s["temperature_c"] for s in mine),
+            "power_w": {"mean": round(statistics.fmean(power), 1), "max": round(max(power), 1)},
+            "memory_used_mib_max": max(memory) if memory else None,
+            "slowed_share": round(sum(bool(s["reasons"] & host_facts.SLOWED) for s in mine) / len(mine), 4),
+            "power_capped_share": round(sum(bool(s["reasons"] & host_facts.POWER_CAP) for s in mine) / len(mine), 4),
+            "reasons": host_facts.clock_events(seen),
+        })
+    return out

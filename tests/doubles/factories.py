@@ -7,7 +7,8 @@ import random
 from dataclasses import asdict, replace
 
 from specsweep import study
-from specsweep.measure import runner, section_stats
+from specsweep.measure import section_stats
+from specsweep.measure.result_doc import build_result, record_doc
 from specsweep.records.request import RequestRecord
 from specsweep.servers import backends
 from specsweep.study.prompts import prompt_id
@@ -41,10 +42,10 @@ def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
                 for records, wall in runs]
         stats = section_stats.section_metrics(runs, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), "load": section.load, **stats,
-                         "records": [runner.record_doc(r) for recs, _ in runs for r in recs]})
+                         "records": [record_doc(r) for recs, _ in runs for r in recs]})
     measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},
                 "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}
-    return runner.build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
+    return build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,
                                started_at="t0", startup_s=1.0, job_s=2.0).to_json()
 
 

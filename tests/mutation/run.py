@@ -47,7 +47,8 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "study/prompts.py",
     "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
     "measure/quiet_host.py", "measure/leases.py", "servers/backends/sglang.py", "measure/goodput.py", "spec.py",
-    "measure/host_facts.py", "measure/gpu_memory.py", "measure/gpu_watch.py",
+    "measure/host_facts.py", "measure/gpu_memory.py", "measure/gpu_watch.py", "measure/section_checks.py",
+    "measure/interrupts.py",
     "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all

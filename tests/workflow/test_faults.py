@@ -366,3 +366,38 @@ def test_the_cli_edge_turns_each_error_into_one_line_and_its_exit_code(monkeypat
     monkeypatch.setenv("SPECSWEEP_DEBUG", "1")
     assert cli.main(argv) == 1
     assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_without_a_result(tmp_path, model,
+                                                                                                 monkeypatch):
+    """Seen in a full run: SIGTERM landed while a garbage-collected urllib3 pool closed its sockets;
+    Python printed "Exception ignored" and the launch wrote its result with exit 0. Here the signal
+    lands inside a finalizer on purpose, during section short's checks (measure/interrupts.py)."""
+    from specsweep import cli
+    from specsweep.measure import runner
+
+    class Closing:
+        def __del__(self):  # the signal arrives while a finalizer runs: its exception is ignored
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # a few bytecodes: the handler runs here
+
+    def check_schedule(spec, where, stats):
+        if where == "section short":
+            Closing()
+        return real(spec, where, stats)
+
+    real = runner.check_schedule
+    monkeypatch.setattr(runner, "check_schedule", check_schedule)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    study = fault_study(model)
+    out = tmp_path / "runs" / f"{NAME}.json"
+    try:
+        rc = cli.main(["run", "--spec", expand_grid(study)[0].to_json(), "--failures-dir", str(tmp_path / "failures"),
+                       "--server-log", str(tmp_path / "server.log"), "--out", str(out),
+                       "--quiet-host", json.dumps(study["quiet_host"])])
+    finally:
+        signal.signal(signal.SIGINT, handlers[0])
+        signal.signal(signal.SIGTERM, handlers[1])
+    assert rc == 143 and not out.exists()
+    record = store.latest_failure(tmp_path / "failures", NAME).to_json()
+    assert record["class"] == "interrupted" and record["section"] == "short" and "SIGTERM" in record["reason"]

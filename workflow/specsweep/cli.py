@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import traceback
 from dataclasses import replace
@@ -23,10 +22,9 @@ from specsweep.errors import (
     ConfigError,
     HostNotReady,
     InternalError,
-    Interrupted,
     SpecsweepError,
 )
-from specsweep.measure import attempts, host_facts, quiet_host
+from specsweep.measure import attempts, host_facts, interrupts, quiet_host
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
@@ -76,13 +74,6 @@ def _study(args) -> dict:
     return loading.validate_study(json.loads(args.config_json))
 
 
-def _raise_interrupted(signum, _frame) -> None:
-    # Ignore further signals while the server tree is torn down, then report once.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
 def args_run(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
@@ -109,7 +100,9 @@ def args_run(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
-    from specsweep.measure.runner import run_configuration, say, secrets
+    from specsweep.measure.before_start import secrets
+    from specsweep.measure.progress import say
+    from specsweep.measure.runner import run_configuration
 
     spec, prompt_source = _run_spec(args)
     settings = _quiet_host(args)
@@ -123,8 +116,7 @@ def cmd_run(args) -> int:
         return previous.exit_code
     if args.attempt > 1:
         attempts.settle_before_retry(args.failures_dir, spec, settings, say)
-    signal.signal(signal.SIGINT, _raise_interrupted)
-    signal.signal(signal.SIGTERM, _raise_interrupted)
+    interrupts.install()
     started_at = store.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:

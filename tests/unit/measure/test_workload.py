@@ -23,15 +23,15 @@ def test_schedule_is_seeded_and_has_the_asked_rate():
 
 def test_the_schedule_check_refuses_only_a_lag_above_the_limit(model):
     from specsweep.errors import ClientOverload
-    from specsweep.measure import runner
+    from specsweep.measure import section_checks
     from specsweep.study.grid import expand_grid
 
     spec = expand_grid(fault_study(model))[0]
     limit = spec.max_schedule_lag_s
-    runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": limit}})  # at the limit: kept
-    runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": None}})  # closed loop: no schedule
+    section_checks.check_schedule(spec, "section short", {"schedule_lag_s": {"p99": limit}})  # at the limit: kept
+    section_checks.check_schedule(spec, "section short", {"schedule_lag_s": {"p99": None}})  # closed loop: no schedule
     with pytest.raises(ClientOverload) as caught:
-        runner._check_schedule(spec, "section short", {"schedule_lag_s": {"p99": 0.2}})
+        section_checks.check_schedule(spec, "section short", {"schedule_lag_s": {"p99": 0.2}})
     assert caught.value.reason.startswith(
         f"section short: requests left the client 200.0 ms late (p99) against their schedule, above "
         f"workload.max_schedule_lag_s = {limit * 1000:.1f} ms")

@@ -15,7 +15,8 @@ from conftest import REPO, SGLANG_STANDIN
 from specsweep import study
 from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import ConfigError, Excluded
-from specsweep.measure import client, leases, runner
+from specsweep.measure import client, leases, result_doc
+from specsweep.measure.before_start import check_model_path
 from specsweep.servers import backends, command
 
 STANDIN = SGLANG_STANDIN
@@ -112,18 +113,18 @@ def test_model_paths_each_backend_accepts(tmp_path):
     (folder / "config.json").write_text("{}")
     vllm = spec_of({"backend": "vllm", "model": {"path": str(folder)}, "server": {"binary": "python3"}},
                    "tp1-b0-ctx128")
-    runner.check_model_path(vllm)  # a folder
-    runner.check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
+    check_model_path(vllm)  # a folder
+    check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
     with pytest.raises(ConfigError, match="does not exist"):
-        runner.check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
+        check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
     llama = spec_of({"model": {"path": str(folder)}, "server": {"binary": "x"}}, "tp1-b0-ctx128")
     with pytest.raises(ConfigError, match="serves one GGUF file"):
-        runner.check_model_path(llama)
-    facts = runner.model_facts(str(folder))
+        check_model_path(llama)
+    facts = result_doc.model_facts(str(folder))
     assert facts["files"] == 1 and facts["bytes"] == 2 and len(facts["sha256"]) == 64
     (folder / "config.json").write_text("{} ")
-    assert runner.model_facts(str(folder))["sha256"] != facts["sha256"]  # any byte changes the hash
-    assert runner.model_facts("Qwen/Qwen3-8B")["hub_id"] == "Qwen/Qwen3-8B"
+    assert result_doc.model_facts(str(folder))["sha256"] != facts["sha256"]  # any byte changes the hash
+    assert result_doc.model_facts("Qwen/Qwen3-8B")["hub_id"] == "Qwen/Qwen3-8B"
 
 
 # --- exclusions by architecture -----------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 from factories import result_doc
 from specsweep import study
 from specsweep.errors import ConfigError, PromptReused
-from specsweep.measure import runner, workload
+from specsweep.measure import workload
+from specsweep.measure.section_checks import check_distinct
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import InvalidResult, Result
 from specsweep.study import loading
@@ -113,17 +114,17 @@ def _record(index: int, sha: str | None) -> RequestRecord:
 
 def test_the_gate_refuses_a_prompt_sent_twice_on_one_server():
     seen: dict[str, str] = {}
-    runner.check_distinct(seen, [_record(0, "a" * 64)], "the warmup", reuse=False)
-    runner.check_distinct(seen, [_record(0, "b" * 64), _record(1, "c" * 64)], "section short repeat 0", reuse=False)
+    check_distinct(seen, [_record(0, "a" * 64)], "the warmup", reuse=False)
+    check_distinct(seen, [_record(0, "b" * 64), _record(1, "c" * 64)], "section short repeat 0", reuse=False)
     with pytest.raises(PromptReused, match=r"section short repeat 1: request 1 sent prompt bbbbbbbbbbbb that this "
                                            r"server already got in section short repeat 0") as caught:
-        runner.check_distinct(seen, [_record(0, "d" * 64), _record(1, "b" * 64)], "section short repeat 1", reuse=False)
+        check_distinct(seen, [_record(0, "d" * 64), _record(1, "b" * 64)], "section short repeat 1", reuse=False)
     assert caught.value.section == "short"  # the record names the section it happened in
     with pytest.raises(PromptReused, match="request 1 sent prompt eeee"):  # twice within one repeat, too
-        runner.check_distinct({}, [_record(0, "e" * 64), _record(1, "e" * 64)], "section short repeat 0", reuse=False)
+        check_distinct({}, [_record(0, "e" * 64), _record(1, "e" * 64)], "section short repeat 0", reuse=False)
     with pytest.raises(PromptReused, match="carries no prompt identity"):
-        runner.check_distinct({}, [_record(0, None)], "section short repeat 0", reuse=False)
-    runner.check_distinct(seen, [_record(0, "b" * 64)], "section short repeat 1", reuse=True)  # caching on purpose
+        check_distinct({}, [_record(0, None)], "section short repeat 0", reuse=False)
+    check_distinct(seen, [_record(0, "b" * 64)], "section short repeat 1", reuse=True)  # caching on purpose
 
 
 def test_a_result_that_re_sent_a_prompt_is_refused_by_aggregation():

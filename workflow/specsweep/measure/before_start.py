@@ -1,0 +1,57 @@
+"""What is refused before a server starts (the runner's first step): the spec and its command,
+the API key the study names, the model path, the prompts file and the prompt set's manifest; and
+the secrets to hide wherever a command, log line or record is written."""
+
+from __future__ import annotations
+
+import os
+
+from specsweep.errors import ConfigError
+from specsweep.records import paths
+from specsweep.servers import backends
+from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.study import targets
+from specsweep.study.loading import check_spec_command, model_path_problem
+from specsweep.study.prompts import read_prompts_file
+
+
+def api_key(spec: RunSpec) -> str | None:
+    """The server's API key from the environment variable the study names; never written."""
+    if not spec.api_key_env:
+        return None
+    value = os.environ.get(spec.api_key_env)
+    if not value:
+        raise ConfigError(f"server.api_key_env names {spec.api_key_env}, which is not set in this "
+                          f"environment; export it before running the study")
+    return value
+
+
+def secrets(spec: RunSpec) -> tuple[str, ...]:
+    """Values to hide wherever a command, log line or record is written."""
+    try:
+        key = api_key(spec)
+    except ConfigError:
+        return ()
+    return (key,) if key else ()
+
+
+def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
+    """Everything that can be refused before a server starts."""
+    spec.check_fits()  # again here: a spec can also come by hand, as JSON
+    check_spec_command(spec)
+    api_key(spec)
+    backends.get(spec.backend).check_launch(list(spec.command) + list(spec.speculative_args))
+    if EMBEDDED in (spec.binary, spec.model_path):
+        raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
+    check_model_path(spec)
+    if spec.prompts_file:
+        read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
+    if spec.prompt_set and prompt_source is None:
+        raise ConfigError(f"the spec uses prompt set {spec.prompt_set}; pass its manifest "
+                          f"({paths.manifest(targets.PROMPTS + spec.prompt_set)})")
+
+
+def check_model_path(spec: RunSpec) -> None:
+    """llama-server needs a model file; the others load a folder, or a hub id they resolve themselves."""
+    if problem := model_path_problem(backends.get(spec.backend), spec.model_path):
+        raise ConfigError(problem)

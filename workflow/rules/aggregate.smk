@@ -49,12 +49,10 @@ rule summary_table:
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--runs {params.runs} --failures {params.failures} "
-        "--quarantine {params.invalid} --stale {params.stale} --csv {output.csv} 2> {log} && "
-        "{PYTHON} -m specsweep report-data --config-json {params.study:q} "
-        "--summary {output.csv} --runs {params.runs} --failures {params.failures} "
-        "--best {output.best} --front {output.front} --failures-page {output.failures} "
+        "--quarantine {params.invalid} --stale {params.stale} --csv {output.csv} "
+        "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
         "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "
-        "--best-page {output.best_page} --study-page {output.study_page} 2>> {log}"
+        "--best-page {output.best_page} --study-page {output.study_page} 2> {log}"
 
 
 rule summary_plot:

@@ -256,6 +256,10 @@ def args_aggregate(parser: argparse.ArgumentParser) -> None:
                         help="move results that cannot be aggregated into this folder and fail, so they are rerun")
     parser.add_argument("--stale", type=Path, nargs="*", default=[],
                         help="files made from the results to remove when one is refused (the summary figure)")
+    parser.add_argument("--report-data", action="store_true",
+                        help="then, in the same process, what report-data writes (its options, here too): the "
+                             "rule's one command, so the analysis libraries are loaded once")
+    _report_data_outputs(parser)
 
 
 def cmd_aggregate(args) -> int:
@@ -271,6 +275,8 @@ def cmd_aggregate(args) -> int:
     report = partial_reports.failure_report(frame, args.failures)
     if report:
         print(report, file=sys.stderr)
+    if args.report_data:
+        _write_report_data(study, args, summary=args.csv)
     return 0
 
 
@@ -384,6 +390,10 @@ def args_report_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
     parser.add_argument("--runs", type=Path, default=paths.RUNS)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    _report_data_outputs(parser)
+
+
+def _report_data_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--best", type=Path, default=paths.BEST_CSV)
     parser.add_argument("--front", type=Path, default=paths.FRONT_PAGE)
     parser.add_argument("--failures-page", type=Path, default=paths.REPORT_FAILURES)
@@ -395,20 +405,24 @@ def args_report_data(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_report_data(args) -> int:
+    _write_report_data(_study(args), args, summary=args.summary)
+    return 0
+
+
+def _write_report_data(study: dict, args, *, summary: Path) -> None:
+    """The best table, the report's pages and the frozen study config, from the summary as written
+    (read back from its CSV: the report shows what the table says)."""
     import pandas as pd
 
     from specsweep.analysis import report
-
-    frame = pd.read_csv(args.summary, keep_default_na=True).fillna({"reason": ""})
     from specsweep.analysis.archive import frozen_config
 
-    study = _study(args)
+    frame = pd.read_csv(summary, keep_default_na=True).fillna({"reason": ""})
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
     store.write_text_atomic(args.study_config, study_yaml)
     report.write_all(study, frame, runs_dir=args.runs, failures_dir=args.failures, best_csv=args.best,
                      front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
                      tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
-    return 0
 
 
 def args_archive(parser: argparse.ArgumentParser) -> None:

@@ -398,7 +398,7 @@ def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) 
     it (the cache's key is the source and the flags, and a cache is read where it lies), when it
     is for this mode and the loader finds all it links; else removed, so that the build stage
     compiles. None where none was carried."""
-    from specsweep.servers.provision import sha256_file
+    from specsweep.cache import sha256_file
 
     archive = carry / PREBUILT
     if not archive.is_file():

@@ -34,8 +34,8 @@ sys.path.insert(0, str(DOUBLES))
 
 from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
+from specsweep.cache import locked  # noqa: E402
 from specsweep.servers.backends import llama_server_build  # noqa: E402
-from specsweep.servers.provision import locked  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
 

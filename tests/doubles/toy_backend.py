@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from specsweep.cache import cache_dir
 from specsweep.errors import ConfigError
 from specsweep.servers.backends import Provision
 from specsweep.servers.backends.llama_server import LlamaServer
-from specsweep.servers.provision import cache_dir
 
 FAULT_SERVER = Path(__file__).resolve().with_name("fault_server.py")
 

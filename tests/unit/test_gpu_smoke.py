@@ -239,7 +239,7 @@ def test_the_in_call_build_gets_what_the_call_has_left():
 def _server(tmp_path, *, cuda_arch=None, link: str | None = None) -> Path:
     """A cache folder as provision_server leaves it: bin/llama-server (a real program, linked to
     ``link``'s shared library where given) and its manifest."""
-    from specsweep.servers.provision import sha256_file
+    from specsweep.cache import sha256_file
 
     folder = tmp_path / "made" / "llama-server" / "0.3.36-abc-1234"
     binary = folder / "bin" / "llama-server"
@@ -262,7 +262,7 @@ def _server(tmp_path, *, cuda_arch=None, link: str | None = None) -> Path:
 
 
 def test_a_carried_server_lands_in_the_work_cache_where_provisioning_finds_it(tmp_path):
-    from specsweep.servers.provision import valid_manifest
+    from specsweep.cache import valid_manifest
 
     carry, work, logs = tmp_path / "carry", tmp_path / "work", tmp_path / "logs"
     carry.mkdir(), logs.mkdir()

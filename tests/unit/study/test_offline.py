@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from specsweep import cache
 from specsweep.errors import ProvisionError
-from specsweep.servers import provision
 from specsweep.study import offline
 from specsweep.study.loading import validate_study
 
@@ -58,7 +58,7 @@ def test_a_provisioned_study_never_asks_for_the_index(empty_cache, monkeypatch, 
     (artifact.folder / "documents.jsonl").write_text('{"text": "x"}\n')
     (artifact.folder / "manifest.json").write_text(json.dumps({
         "prompts": str(artifact.folder / "documents.jsonl"),
-        "prompts_sha256": provision.sha256_file(artifact.folder / "documents.jsonl")}))
+        "prompts_sha256": cache.sha256_file(artifact.folder / "documents.jsonl")}))
 
     def no_network():
         raise AssertionError("the index was asked although nothing is missing")

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsweep.cache import cache_dir
 from specsweep.errors import ConfigError
 from specsweep.measure import gpu_memory, host_facts, leases, quiet_host
 from specsweep.servers import backends, probes
-from specsweep.servers.provision import cache_dir
 from specsweep.spec import EMBEDDED
 from specsweep.study import offline
 from specsweep.study.loading import model_path_problem

@@ -24,7 +24,7 @@ def model_facts(path: str) -> dict:
     """Which model was measured, so studies can be compared: a file's size and SHA-256; a folder's
     total size and the SHA-256 of its listing (each file's relative path, size and SHA-256); a
     hub id as given (the server resolves it). Nothing larger than HASH_LIMIT_BYTES is hashed."""
-    from specsweep.servers.provision import sha256_file
+    from specsweep.cache import sha256_file
 
     facts = {"path": path, "bytes": None, "sha256": None}
     target = Path(path).expanduser()

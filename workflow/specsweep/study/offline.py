@@ -4,17 +4,17 @@ its first job, naming what to provision and how (docs/offline.md).
 
 What a study takes is the prompt set (unless it brings a prompts file) and its backend's embedded
 server and model (where it says ``embedded``); each lands in the user cache
-(``servers/provision.py``), which may be a folder carried from another machine.
+(``cache.py``), which may be a folder carried from another machine.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from specsweep.cache import Artifact, cache_dir, index_problem
 from specsweep.errors import ProvisionError
 from specsweep.records import paths
 from specsweep.servers import backends
-from specsweep.servers.provision import Artifact, cache_dir, index_problem
 from specsweep.study import prompt_sets, targets
 
 

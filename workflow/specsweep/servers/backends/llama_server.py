@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
+from specsweep.cache import Artifact
 from specsweep.errors import ConfigError, InvalidResponse
 from specsweep.servers.backends import llama_server_build
 from specsweep.servers.backends.base import (
@@ -29,7 +30,6 @@ from specsweep.servers.backends.base import (
     token_list,
 )
 from specsweep.servers.backends.llama_server_build import model_artifact, server_artifact
-from specsweep.servers.provision import Artifact
 
 SERVER_PINS = ("llama_cpp_python_version", "llama_cpp_python_sha256")
 

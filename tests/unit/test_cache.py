@@ -128,3 +128,29 @@ def test_no_answering_index_is_said_with_each_index_tried(monkeypatch, tmp_path)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.delenv("PIP_FIND_LINKS")
     assert "PIP_NO_INDEX" in cache.index_problem(timeout_s=2)
+
+
+def test_an_index_is_asked_once_with_a_bounded_wait_following_redirects_and_every_failure_is_named(monkeypatch,
+                                                                                                  tmp_path):
+    """requests at its boundary: a black-holed index must not hang the run's first check (a
+    timeout, 5 s unless told), and PyPI's /simple answers with a redirect, which counts as an answer."""
+    import requests
+
+    asked = []
+
+    def head(url, **kwargs):
+        asked.append((url, kwargs))
+        raise requests.ConnectionError("refused")
+
+    monkeypatch.setattr(requests, "head", head)
+    odd = tmp_path / "wheels#2"  # a folder whose name a URL parser would cut at '#'
+    monkeypatch.setattr(cache, "package_indexes", lambda: ["https://a.example/simple", "https://b.example/simple",
+                                                           "https://a.example/simple", str(tmp_path / "none")])
+    assert cache.index_problem() == ("https://a.example/simple: ConnectionError; https://b.example/simple: "
+                                     f"ConnectionError; {tmp_path / 'none'}: no such folder")
+    assert asked == [(f"https://{h}.example/simple", {"timeout": 5.0, "allow_redirects": True}) for h in "ab"]
+    odd.mkdir()
+    monkeypatch.setattr(cache, "package_indexes", lambda: ["https://a.example/simple", str(odd)])
+    assert cache.index_problem() is None  # the folder as named, '#' and all
+    monkeypatch.setattr(cache, "package_indexes", lambda: [])
+    assert cache.index_problem() == "pip is told to use no index (PIP_NO_INDEX) and no find-links"

@@ -374,7 +374,7 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_wi
     Python printed "Exception ignored" and the launch wrote its result with exit 0. Here the signal
     lands inside a finalizer on purpose, during section short's checks (measure/interrupts.py)."""
     from specsweep import cli
-    from specsweep.measure import runner
+    from specsweep.measure import interrupts, runner
 
     class Closing:
         def __del__(self):  # the signal arrives while a finalizer runs: its exception is ignored
@@ -395,9 +395,10 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_wi
         rc = cli.main(["run", "--spec", expand_grid(study)[0].to_json(), "--failures-dir", str(tmp_path / "failures"),
                        "--server-log", str(tmp_path / "server.log"), "--out", str(out),
                        "--quiet-host", json.dumps(study["quiet_host"])])
-    finally:
+    finally:  # this worker goes on: its handlers and the kept signal as they were
         signal.signal(signal.SIGINT, handlers[0])
         signal.signal(signal.SIGTERM, handlers[1])
+        interrupts.received = None
     assert rc == 143 and not out.exists()
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "interrupted" and record["section"] == "short" and "SIGTERM" in record["reason"]

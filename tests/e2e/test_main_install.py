@@ -98,7 +98,7 @@ def test_every_readme_command_works_after_the_main_install_alone(checkout, tmp_p
     (elsewhere / ".venv").symlink_to(checkout / ".venv")  # the receiver's own main install
     done = sh(elsewhere, block("tar xzf"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "files match the manifest" in done.stdout
+    assert "files match their checksums" in done.stdout
 
     # The study-axis example, as written (on the checkout's small workload): last, since it writes its
     # own summary over the default study's.

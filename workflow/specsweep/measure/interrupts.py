@@ -6,7 +6,8 @@ it runs. Python ignores an exception raised inside a finalizer, though: a signal
 a garbage-collected connection pool closes its sockets (urllib3's ``_close_pool_connections``,
 seen in a full run on 2026-12-05) is printed as "Exception ignored" and lost, and the launch ran
 on to write its result and exit 0. So the signal is also kept, and the runner asks for it at its
-checkpoints (``check``): after each section and before the result is written.
+checkpoints (``check``): at the end of each phase (startup, prompts, warmup, each section and
+search step: runner._phase) and before the result is written.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
     before_start.preflight(spec, prompt_source)
     backend = backends.get(spec.backend)
     key = before_start.api_key(spec)
+    hidden = before_start.secrets(spec)  # what no record, log line or environment may show
     t_job = time.monotonic()
     started_at = utc_now()
     # Held from launch to teardown: no other measurement shares these devices meanwhile.
@@ -76,8 +77,8 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
         result = build_result(spec, argv=server.shown_argv, facts=facts, checked=checked, measured=measured,
                               started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
                               settings=settings,
-                              hardware=hw, env=templates.redact_env(server.env, before_start.secrets(spec)),
-                              provenance=provenance.collect(before_start.secrets(spec)))
+                              hardware=hw, env=templates.redact_env(server.env, hidden),
+                              provenance=provenance.collect(hidden))
         doc = result.to_json()
         interrupts.check()  # a signal whose exception a finalizer swallowed still ends the launch
         Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
@@ -101,9 +102,11 @@ def _server_checks(spec: RunSpec, backend, facts: backends.Facts) -> backends.Pr
 
 @contextmanager
 def _phase(name: str):
-    """Tag any failure inside with the workload phase it happened in (for the record)."""
+    """Tag any failure inside with the workload phase it happened in (for the record); a signal
+    whose exception a finalizer swallowed ends the launch at the end of the phase it came in."""
     try:
         yield
+        interrupts.check()
     except SpecsweepError as exc:
         exc.section = exc.section or name
         raise
@@ -197,7 +200,6 @@ def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, pla
     check_schedule(spec, label, stats)
     quiet_host.check(label, load, watch.settings, stats["output_tok_s_repeats"],
                      closed_loop=section.request_rate is None)
-    interrupts.check()
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
               + (f" (repeats {stats['output_tok_s_min']:.1f}-{stats['output_tok_s_max']:.1f})"
                  if repeats > 1 else ""))

@@ -213,15 +213,20 @@ def _migrated(body: dict, version: int) -> dict:
     if version in (1, 2, 3, 4):
         body = _one_quiet_host_name(body)
     if version in (1, 2, 3, 4, 5):
-        body = {**body, "server": {("max_context" if k == "slot_context" else k): v for k, v in body["server"].items()}}
+        body = {**body, "server": _renamed(body["server"], "slot_context", "max_context")}
     return body
+
+
+def _renamed(mapping: dict, old: str, new: str) -> dict:
+    """The mapping with key ``old`` called ``new``, in its place, value unchanged."""
+    return {(new if k == old else k): v for k, v in mapping.items()}
 
 
 def _one_quiet_host_name(body: dict) -> dict:
     """Version 5's names for a version 1-4 body: ``isolation`` split into ``lease`` and the
     ``quiet_host`` settings, and every section's (search steps' too) ``host_load`` as ``quiet_host``."""
     def renamed(sections: list[dict]) -> list[dict]:
-        return [{("quiet_host" if k == "host_load" else k): v for k, v in sec.items()} for sec in sections]
+        return [_renamed(sec, "host_load", "quiet_host") for sec in sections]
 
     out = {**body, "sections": renamed(body["sections"])}
     held = out.pop("isolation", None)

@@ -39,6 +39,30 @@ def test_grid_names_are_readable_and_ordered():
     ]
 
 
+def test_the_schema_is_a_valid_draft_2020_12_schema():
+    """The validator is built without checking the schema on every command (loading._validator): here, once."""
+    from jsonschema import Draft202012Validator
+
+    from specsweep.study.loading import schema_path
+
+    Draft202012Validator.check_schema(yaml.safe_load(schema_path().read_text()))
+
+
+def test_a_study_that_changes_a_default_list_leaves_the_next_studys_default_alone():
+    """One validator per process fills in every study's defaults: each gets its own copy."""
+    first = study.validate_study({})
+    first["grid"]["budget"].append(99)
+    first["workload"]["sections"].clear()
+    again = study.validate_study({})
+    assert again["grid"]["budget"] == [0, 2, 4, 8] and len(again["workload"]["sections"]) == 3
+
+
+def test_a_value_of_the_wrong_type_is_named_not_crashed_on():
+    """A mapping's defaults are filled only where the value is a mapping; a string there is a schema error."""
+    with pytest.raises(ConfigError, match=r"^invalid study configuration: grid: 'big' is not of type 'object'"):
+        study.validate_study({"grid": "big"})
+
+
 @pytest.mark.parametrize(
     "bad, words",
     [

@@ -66,6 +66,22 @@ def strict_tokenizer(limit: int):
     return tokenize
 
 
+def test_a_documents_file_is_read_by_line_and_a_damaged_document_is_named_when_used(tmp_path):
+    """Documents are parsed when used (a launch needs tens of thousands' few): blank lines are
+    not documents, the last needs no newline, and a damaged one stops the launch naming it."""
+    path = tmp_path / "documents.jsonl"
+    path.write_bytes(b'{"text": "one"}\n\n{"text": "two \\u00e9"}\r\n{"text": "three"\n{"text": "four"}')
+    docs = read_documents(path)
+    assert len(docs) == 4 and docs[0] == "one" and docs[1] == "two \u00e9" and docs[3] == "four"
+    assert docs.in_order([3, 0])[:2] == ["four", "one"] and len(docs.in_order([1])) == 1
+    with pytest.raises(ConfigError, match=r"documents\.jsonl \(document 3: .*provision it again"):
+        docs[2]
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert len(read_documents(tmp_path / "empty.jsonl")) == 0
+    with pytest.raises(ConfigError, match="cannot read the prompt set's documents"):
+        read_documents(tmp_path / "absent.jsonl")
+
+
 @pytest.mark.parametrize("name", ["sharegpt", "humaneval"])
 def test_the_shipped_prompt_sets_are_distinct_real_text(name):
     source = loading.default_prompts(name)

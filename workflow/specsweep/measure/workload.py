@@ -46,7 +46,7 @@ def set_prompts(server: ServerProcess, source: dict, *, count: int, length: int,
     """``count`` prompts of ``length`` tokens from a provisioned prompt set (its manifest ``source``)."""
     documents = read_documents(source["prompts"])
     order = seeded_order(len(documents), seed)
-    built = build_prompts(_tokenizer(server), [documents[i] for i in order], count=count, length=length,
+    built = build_prompts(_tokenizer(server), documents.in_order(order), count=count, length=length,
                           chunk_chars=_chunk_chars(length, output_tokens),
                           source=f"prompt set {source.get('set')} ({source.get('source')})")
     return [replace(p, documents=tuple(order[i] for i in p.documents)) for p in built]

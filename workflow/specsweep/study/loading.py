@@ -6,6 +6,8 @@ in a second with one line that names the key and the fix, before any server star
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 from importlib import resources
 from pathlib import Path
@@ -97,17 +99,38 @@ def defaults(section: str) -> dict:
 
 def validate_study(config: dict) -> dict:
     """Validate against the schema and fill in defaults (in place); return the config."""
-    from snakemake.utils import validate  # the same validator the Snakefile uses
+    import jsonschema
 
     for note in migrate_study(config):
         print(f"specsweep: {note}", file=sys.stderr)
     try:
-        validate(config, str(schema_path()), set_default=True)
-    except Exception as exc:  # snakemake wraps jsonschema's error in a WorkflowError
+        _validator().validate(config)
+    except jsonschema.ValidationError as exc:
         raise ConfigError(f"invalid study configuration: {_schema_message(exc)}") from exc
     apply_backend_defaults(config)
     check_study(config)
     return config
+
+
+@functools.cache
+def _validator():
+    """The schema's validator that fills in its defaults, as snakemake.utils.validate(set_default=True)
+    does (jsonschema's FAQ recipe), built once per process: the Snakefile and every CLI command
+    validate through this one, without importing Snakemake (and the pandas its validate loads) into
+    a launch. Defaults are copied, so a study that changes a default list leaves the schema's alone."""
+    from jsonschema import Draft202012Validator, validators
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def fill_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    schema = yaml.load(schema_path().read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return validators.extend(Draft202012Validator, {"properties": fill_defaults})(schema)
 
 
 def migrate_study(config: dict) -> list[str]:
@@ -337,13 +360,10 @@ def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
                 )
 
 
-def _schema_message(exc: Exception) -> str:
+def _schema_message(exc) -> str:
     """'grid.budget[0]: -1 is less than the minimum of 0 (...)' from a validation error."""
-    cause = exc.__context__ if hasattr(exc.__context__, "absolute_path") else exc
-    if not hasattr(cause, "absolute_path"):
-        return str(exc).strip().splitlines()[0]
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in cause.absolute_path).lstrip(".")
-    return f"{where or 'top level'}: {cause.message} (see config/README.md for every key)"
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path).lstrip(".")
+    return f"{where or 'top level'}: {exc.message} (see config/README.md for every key)"
 
 
 def provisioned(config: dict) -> dict[str, str]:

@@ -45,8 +45,7 @@ rule all:
 localrules:
     provision,
     set_aside,
-    summary_table,
-    summary_plot,
+    summary,
     compare,
     archive,
 

@@ -187,8 +187,8 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
     plan = outputs["-n"]
     assert f"results/runs/{B2}/launch1.json: unreadable" in plan
     assert f"results/runs/{B4}/launch1.json: measured for study 'other'" in plan
-    jobs = dict(re.findall(r"^(set_aside|run_configuration|summary_table)\s+(\d+)$", plan, re.M))
-    assert jobs == {"set_aside": "1", "run_configuration": "3", "summary_table": "1"}, plan[-3000:]
+    jobs = dict(re.findall(r"^(set_aside|run_configuration|summary)\s+(\d+)$", plan, re.M))
+    assert jobs == {"set_aside": "1", "run_configuration": "3", "summary": "1"}, plan[-3000:]
 
     _, second = measured(workdir, doc)
     assert second[B0] == first[B0]  # untouched

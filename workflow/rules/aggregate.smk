@@ -1,4 +1,4 @@
-rule summary_table:
+rule summary:
     input:
         results=get_run_results,
         set_aside=get_set_asides,
@@ -38,27 +38,7 @@ rule summary_table:
             category="Study",
             labels={"item": "merged study configuration"},
         ),
-    log:
-        str(paths.SUMMARY_LOG),
-    params:
-        study=get_study_json,
-        runs=str(paths.RUNS),
-        failures=str(paths.FAILURES),
-        invalid=str(paths.INVALID),
-        stale=f"{paths.SUMMARY_PNG} {paths.TRADEOFF_PNG}",
-    shell:
-        "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
-        "--runs {params.runs} --failures {params.failures} "
-        "--quarantine {params.invalid} --stale {params.stale} --csv {output.csv} "
-        "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
-        "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "
-        "--best-page {output.best_page} --study-page {output.study_page} 2> {log}"
-
-
-rule summary_plot:
-    input:
-        str(paths.SUMMARY_CSV),
-    output:
+        answer=str(paths.ANSWER),
         figure=reported(
             str(paths.SUMMARY_PNG),
             caption="../report/summary.rst",
@@ -72,13 +52,22 @@ rule summary_plot:
             labels={"item": "per-user against per-GPU trade-off"},
         ),
     log:
-        str(paths.PLOT_LOG),
+        str(paths.SUMMARY_LOG),
     params:
-        title=get_plot_title,
-        facets=get_plot_facets,
+        study=get_study_json,
+        runs=str(paths.RUNS),
+        failures=str(paths.FAILURES),
+        invalid=str(paths.INVALID),
+    # One process for the table, the report's data and the figures: pandas, scipy and matplotlib
+    # load once per summary (a figure that is a job's output is removed with it when the job fails).
     shell:
-        "{PYTHON} -m specsweep plot --csv {input} --out {output.figure} "
-        "--tradeoff {output.tradeoff} --title {params.title:q} {params.facets} 2> {log}"
+        "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
+        "--runs {params.runs} --failures {params.failures} "
+        "--quarantine {params.invalid} --csv {output.csv} "
+        "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
+        "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "
+        "--best-page {output.best_page} --study-page {output.study_page} --answer {output.answer} "
+        "--figure {output.figure} --tradeoff {output.tradeoff} 2> {log}"
 
 
 rule archive:

@@ -198,12 +198,3 @@ def get_front_page():
     """The generated first page of the report if the main command has run, else the static one."""
     front = paths.FRONT_PAGE
     return str(front.resolve()) if front.is_file() else "workflow/report/workflow.rst"
-
-
-def get_plot_title(wildcards):
-    return PLAN.plot_title()
-
-
-def get_plot_facets(wildcards):
-    """The study's choice of where each axis goes in the summary figure (config plot:)."""
-    return PLAN.plot_facets()

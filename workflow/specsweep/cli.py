@@ -260,6 +260,9 @@ def args_aggregate(parser: argparse.ArgumentParser) -> None:
                         help="then, in the same process, what report-data writes (its options, here too): the "
                              "rule's one command, so the analysis libraries are loaded once")
     _report_data_outputs(parser)
+    parser.add_argument("--figure", type=Path,
+                        help="then draw the summary figure here, as the study's plot: settings place its axes")
+    parser.add_argument("--tradeoff", type=Path, help="with --figure: also draw the load levels' trade-off here")
 
 
 def cmd_aggregate(args) -> int:
@@ -275,9 +278,28 @@ def cmd_aggregate(args) -> int:
     report = partial_reports.failure_report(frame, args.failures)
     if report:
         print(report, file=sys.stderr)
-    if args.report_data:
-        _write_report_data(study, args, summary=args.csv)
+    if args.report_data or args.figure:
+        written = _read_summary(args.csv)  # what follows shows what the table says
+        if args.report_data:
+            _write_report_data(study, args, written, summary=args.csv)
+        if args.figure:
+            _draw(study, written, args.figure, args.tradeoff)
     return 0
+
+
+def _read_summary(path: Path):
+    import pandas as pd
+
+    return pd.read_csv(path, keep_default_na=True).fillna({"reason": ""})
+
+
+def _draw(study: dict, frame, figure: Path, tradeoff: Path | None) -> None:
+    """The summary figure (and the trade-off across load levels) of a study's summary."""
+    from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff, study_title
+
+    plot_summary(frame, figure, title=study_title(study), facets=Facets.of(frame, **study["plot"]))
+    if tradeoff:
+        plot_tradeoff(frame, tradeoff, title=study_title(study))
 
 
 def args_set_aside(parser: argparse.ArgumentParser) -> None:
@@ -329,11 +351,9 @@ def args_plot(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_plot(args) -> int:
-    import pandas as pd
-
     from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff
 
-    frame = pd.read_csv(args.csv, keep_default_na=True).fillna({"reason": ""})
+    frame = _read_summary(args.csv)
     chosen = {k: getattr(args, k) for k in ("x", "line", "column") if getattr(args, k) is not None}
     plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, **{**loading.defaults("plot"), **chosen}))
     if args.tradeoff:
@@ -402,27 +422,27 @@ def _report_data_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary-page", type=Path, default=paths.REPORT_SUMMARY)
     parser.add_argument("--best-page", type=Path, default=paths.REPORT_BEST)
     parser.add_argument("--study-page", type=Path, default=paths.REPORT_STUDY)
+    parser.add_argument("--answer", type=Path, default=paths.ANSWER,
+                        help="what the terminal shows after the main command (the Snakefile's onsuccess prints it)")
 
 
 def cmd_report_data(args) -> int:
-    _write_report_data(_study(args), args, summary=args.summary)
+    _write_report_data(_study(args), args, _read_summary(args.summary), summary=args.summary)
     return 0
 
 
-def _write_report_data(study: dict, args, *, summary: Path) -> None:
-    """The best table, the report's pages and the frozen study config, from the summary as written
-    (read back from its CSV: the report shows what the table says)."""
-    import pandas as pd
-
+def _write_report_data(study: dict, args, frame, *, summary: Path) -> None:
+    """The best table, the report's pages, the frozen study config and the terminal's answer, from
+    the summary as written (read back from its CSV: the report shows what the table says)."""
     from specsweep.analysis import report
     from specsweep.analysis.archive import frozen_config
 
-    frame = pd.read_csv(summary, keep_default_na=True).fillna({"reason": ""})
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
     store.write_text_atomic(args.study_config, study_yaml)
     report.write_all(study, frame, runs_dir=args.runs, failures_dir=args.failures, best_csv=args.best,
                      front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
                      tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
+    store.write_text_atomic(args.answer, report.terminal_answer(summary, args.best) + "\n")
 
 
 def args_archive(parser: argparse.ArgumentParser) -> None:

@@ -133,17 +133,6 @@ class Plan:
         """The pins a target is made from, as JSON for its command (recorded by provision_record)."""
         return Unrecorded(json.dumps(targets.pins(self.config, target), sort_keys=True))
 
-    # --- the report and the figure -----------------------------------------------------------
-    def plot_title(self) -> str:
-        c = self.config
-        return f"specsweep: {c['study']} ({c['model']['name']} on {c['backend']})"
-
-    def plot_facets(self) -> str:
-        """The study's choice of where each axis goes in the summary figure (config plot:)."""
-        import shlex
-
-        return shlex.join(f"--{role}={axis}" for role, axis in self.config["plot"].items() if axis is not None)
-
     # --- Snakemake's handlers ----------------------------------------------------------------
     def before_run(self) -> None:
         """Keep every measured result before any job may delete it for a rerun (onstart); those the
@@ -154,16 +143,18 @@ class Plan:
 
     def after_success(self) -> None:
         """Once nothing is missing, the partial reports go; the answer on the terminal, where a
-        person looks first, after a run that made the summary."""
-        from specsweep.analysis import partial_reports
-        from specsweep.analysis.report import terminal_answer
+        person looks first, after a run that made the summary. Both are cheap where there is
+        nothing to do: this runs in Snakemake's own process after every successful run, and the
+        answer was written by the summary's job (analysis/report.py terminal_answer)."""
+        if any(path.exists() for path in paths.PARTIAL_REPORTS):
+            from specsweep.analysis import partial_reports
 
-        partial_reports.clean(self.config)
-        if all(path.is_file() for path in (paths.SUMMARY_PNG, paths.BEST_CSV, paths.SUMMARY_CSV)):
-            print(terminal_answer(paths.SUMMARY_CSV, paths.BEST_CSV), file=sys.stderr)
+            partial_reports.clean(self.config)
+        if all(path.is_file() for path in (paths.SUMMARY_PNG, paths.BEST_CSV, paths.SUMMARY_CSV, paths.ANSWER)):
+            print(paths.ANSWER.read_text(), file=sys.stderr, end="")
 
     def after_failure(self) -> None:
         """After a failed run: the partial summary and the failure table (analysis/partial_reports.py)."""
         from specsweep.analysis import partial_reports
 
-        print(partial_reports.report_failed_run(self.config, self.plot_title()), file=sys.stderr)
+        print(partial_reports.report_failed_run(self.config), file=sys.stderr)

@@ -23,15 +23,15 @@ from specsweep.records.status import EXCLUDED, FAILED, INVALID, OK
 from specsweep.records.store import latest_failure
 
 
-def report_failed_run(config: dict, title: str, root: Path = Path(".")) -> str:
+def report_failed_run(config: dict, root: Path = Path(".")) -> str:
     """Write results/partial/summary.{csv,png} and results/failed.csv; return what the terminal shows."""
-    from specsweep.analysis.plot import Facets, plot_summary
+    from specsweep.analysis.plot import Facets, plot_summary, study_title
 
     csv, png, failed = (root / p for p in (paths.PARTIAL_CSV, paths.PARTIAL_PNG, paths.FAILED_CSV))
     try:
         frame = aggregate.summarize(config, root / paths.RUNS, root / paths.FAILURES)
         aggregate.write_summary(frame, csv, failed)
-        plot_summary(frame, png, title=f"{title} (partial)", facets=Facets.of(frame, **config["plot"]))
+        plot_summary(frame, png, title=f"{study_title(config)} (partial)", facets=Facets.of(frame, **config["plot"]))
     except Exception as exc:  # never hide the original failure behind a reporting error
         return f"specsweep: could not build the partial summary: {exc}"
     table = failure_report(frame, root / paths.FAILURES)
@@ -47,7 +47,7 @@ def clean(config: dict, root: Path = Path(".")) -> None:
     frame = aggregate.summarize(config, root / paths.RUNS, root / paths.FAILURES)
     if not frame["status"].isin([OK, EXCLUDED]).all():
         return
-    for path in (paths.PARTIAL_CSV, paths.PARTIAL_PNG, paths.FAILED_CSV):
+    for path in paths.PARTIAL_REPORTS:
         (root / path).unlink(missing_ok=True)
     folder = root / paths.PARTIAL_PNG.parent
     if folder.is_dir() and not any(folder.iterdir()):

@@ -41,6 +41,11 @@ AXIS_LABELS = {"budget": "draft budget (0 = no speculation)", "tp": "tensor-para
                "context": "prompt length (tokens)"}
 
 
+def study_title(config: dict) -> str:
+    """The title of a study's figures: its name, model and backend."""
+    return f"specsweep: {config['study']} ({config['model']['name']} on {config['backend']})"
+
+
 @dataclass(frozen=True)
 class Facets:
     """Where each axis of a summary goes: x, colour (line), panel column, and the styled rest."""

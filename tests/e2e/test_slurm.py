@@ -9,6 +9,7 @@ to run: it never skips itself into green.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -95,6 +97,27 @@ def slurm(tmp_path_factory):
         CONF.unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="module")
+def slurm_python(tmp_path_factory) -> Path:
+    """A Python with the test environment and the `slurm` extra, as docs/slurm.md installs it: a
+    virtualenv layered on this one (its packages seen through a .pth file) to which pip adds the
+    executor plugin. The plugin stays out of the test environment: Snakemake imports every
+    installed executor plugin when it starts, and this one's pandas cost every other Snakemake run
+    of the suite 0.65 CPU-s (docs/development.md)."""
+    venv = tmp_path_factory.mktemp("slurm-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_dir = next((venv / "lib").glob("python*/site-packages"))
+    (site_dir / "test-environment.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    extra = [r.split(";")[0] for r in importlib.metadata.requires("specsweep") if 'extra == "slurm"' in r]
+    assert extra, "the slurm extra of pyproject.toml names no package"
+    python = venv / "bin" / "python"
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                           "--disable-pip-version-check", *extra], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"installing the slurm extra ({extra}) failed: {proc.stderr[-2000:]}"
+    return python
+
+
 def slurm_jobs() -> dict[str, tuple[str, str]]:
     """job id -> (comment, state) of every job slurmctld remembers (MinJobAge keeps finished ones)."""
     out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
@@ -106,20 +129,21 @@ def slurm_jobs() -> dict[str, tuple[str, str]]:
     return jobs
 
 
-def run_on_slurm(workdir: Path, study: dict) -> tuple[int, str]:
+def run_on_slurm(python: Path, workdir: Path, study: dict) -> tuple[int, str]:
     import yaml
 
     (workdir / "study.yaml").write_text(yaml.safe_dump(study))
-    cmd = ["timeout", "-s", "INT", "-k", "30", "900", sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+    cmd = ["timeout", "-s", "INT", "-k", "30", "900", str(python), "-m", "snakemake", "-s", str(REPO / "Snakefile"),
            "--profile", str(REPO / "profiles/slurm"), "--directory", str(workdir), "--configfile",
            str(workdir / "study.yaml"), "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks",
            "2", "results/summary.png"]
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    env = {**os.environ, "PATH": str(python.parent) + os.pathsep + os.environ["PATH"]}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_a_study_runs_as_slurm_jobs_and_a_rerun_repeats_only_the_failed_one(slurm, embedded, tmp_path):
+def test_a_study_runs_as_slurm_jobs_and_a_rerun_repeats_only_the_failed_one(slurm, slurm_python, embedded,
+                                                                                 tmp_path):
     # The server binary is a wrapper that refuses budget 4 while the file `break-b4` exists.
     wrapper = tmp_path / "llama-server-wrapper"
     wrapper.write_text(f"""#!/bin/sh
@@ -139,7 +163,7 @@ exec {embedded['binary']} "$@"
                          "sections": [{"name": "short", "output_tokens": 8, "requests": 1, "concurrency": 1}]}
     before = set(slurm_jobs())
 
-    rc, out = run_on_slurm(tmp_path, study)
+    rc, out = run_on_slurm(slurm_python, tmp_path, study)
     assert rc != 0, out
     runs = tmp_path / "results/runs"
     assert measured(runs) == ["tp1-b0-ctx64", "tp1-b2-ctx64"], out
@@ -156,7 +180,7 @@ exec {embedded['binary']} "$@"
 
     (tmp_path / "break-b4").unlink()
     kept = {p.relative_to(runs): p.stat().st_mtime_ns for p in runs.glob("*/launch1.json")}
-    rc, out = run_on_slurm(tmp_path, study)
+    rc, out = run_on_slurm(slurm_python, tmp_path, study)
     assert rc == 0, out
     second = {j: v for j, v in slurm_jobs().items() if j not in before and j not in first}
     assert [s for c, s in second.values() if "run_configuration" in c] == ["COMPLETED"], second

@@ -283,7 +283,9 @@ def cmd_aggregate(args) -> int:
         if args.report_data:
             _write_report_data(study, args, written, summary=args.csv)
         if args.figure:
-            _draw(study, written, args.figure, args.tradeoff)
+            from specsweep.analysis.plot import study_title
+
+            _draw(written, args.figure, args.tradeoff, title=study_title(study), axes=study["plot"])
     return 0
 
 
@@ -293,13 +295,14 @@ def _read_summary(path: Path):
     return pd.read_csv(path, keep_default_na=True).fillna({"reason": ""})
 
 
-def _draw(study: dict, frame, figure: Path, tradeoff: Path | None) -> None:
-    """The summary figure (and the trade-off across load levels) of a study's summary."""
-    from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff, study_title
+def _draw(frame, figure: Path, tradeoff: Path | None, *, title: str, axes: dict) -> None:
+    """The summary figure, its axes placed as ``axes`` (a study's plot:) says, and the trade-off
+    across load levels where asked."""
+    from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff
 
-    plot_summary(frame, figure, title=study_title(study), facets=Facets.of(frame, **study["plot"]))
+    plot_summary(frame, figure, title=title, facets=Facets.of(frame, **axes))
     if tradeoff:
-        plot_tradeoff(frame, tradeoff, title=study_title(study))
+        plot_tradeoff(frame, tradeoff, title=title)
 
 
 def args_set_aside(parser: argparse.ArgumentParser) -> None:
@@ -351,13 +354,9 @@ def args_plot(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_plot(args) -> int:
-    from specsweep.analysis.plot import Facets, plot_summary, plot_tradeoff
-
-    frame = _read_summary(args.csv)
     chosen = {k: getattr(args, k) for k in ("x", "line", "column") if getattr(args, k) is not None}
-    plot_summary(frame, args.out, title=args.title, facets=Facets.of(frame, **{**loading.defaults("plot"), **chosen}))
-    if args.tradeoff:
-        plot_tradeoff(frame, args.tradeoff, title=args.title)
+    _draw(_read_summary(args.csv), args.out, args.tradeoff, title=args.title,
+          axes={**loading.defaults("plot"), **chosen})
     return 0
 
 

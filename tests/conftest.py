@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +190,27 @@ def shared_study(embedded, tmp_path_factory) -> SharedStudy:
         assert rc == 0, out[-3000:]
         output.append(out)
     return SharedStudy(work, "\n".join(output), tuple(planted.values()))
+
+
+@pytest.fixture(scope="session")
+def slurm_python(tmp_path_factory) -> Path:
+    """A Python with the test environment and the `slurm` extra, as docs/slurm.md installs it, for
+    tests/e2e/test_slurm.py and the SLURM profile's command in the docs: a virtualenv layered on
+    this one (its packages seen through a .pth file) to which pip adds the executor plugin. The
+    plugin stays out of the test environment: Snakemake imports every installed executor plugin
+    when it starts, and this one's pandas cost every other Snakemake run of the suite 0.65 CPU-s."""
+    venv = tmp_path_factory.mktemp("slurm-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_dir = next((venv / "lib").glob("python*/site-packages"))
+    (site_dir / "test-environment.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    extra = [r.split(";")[0] for r in importlib.metadata.requires("specsweep") if 'extra == "slurm"' in r]
+    assert extra, "the slurm extra of pyproject.toml names no package"
+    python = venv / "bin" / "python"
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                           "--disable-pip-version-check", *extra], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"installing the slurm extra ({extra}) failed: {proc.stderr[-2000:]}"
+    return python
 
 
 @pytest.fixture(scope="session")

@@ -9,15 +9,12 @@ to run: it never skips itself into green.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -95,27 +92,6 @@ def slurm(tmp_path_factory):
                     proc.kill()
                     proc.wait()
         CONF.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def slurm_python(tmp_path_factory) -> Path:
-    """A Python with the test environment and the `slurm` extra, as docs/slurm.md installs it: a
-    virtualenv layered on this one (its packages seen through a .pth file) to which pip adds the
-    executor plugin. The plugin stays out of the test environment: Snakemake imports every
-    installed executor plugin when it starts, and this one's pandas cost every other Snakemake run
-    of the suite 0.65 CPU-s (docs/development.md)."""
-    venv = tmp_path_factory.mktemp("slurm-venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site_dir = next((venv / "lib").glob("python*/site-packages"))
-    (site_dir / "test-environment.pth").write_text(
-        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    extra = [r.split(";")[0] for r in importlib.metadata.requires("specsweep") if 'extra == "slurm"' in r]
-    assert extra, "the slurm extra of pyproject.toml names no package"
-    python = venv / "bin" / "python"
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                           "--disable-pip-version-check", *extra], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"installing the slurm extra ({extra}) failed: {proc.stderr[-2000:]}"
-    return python
 
 
 def slurm_jobs() -> dict[str, tuple[str, str]]:

@@ -58,10 +58,12 @@ GPU_STUDIES = ("config/sglang-ddtree.yaml", "config/vllm-gpu.yaml")
 
 
 @pytest.mark.parametrize("line", commands())
-def test_readme_command_works_as_written(checkout, line):
+def test_readme_command_works_as_written(checkout, line, request):
     argv = shlex.split(line)
     if argv[0] == "snakemake":
-        argv = [sys.executable, "-m", "snakemake", *argv[1:], "--dry-run"]
+        # The SLURM profile's command runs after docs/slurm.md's install of the slurm extra.
+        python = request.getfixturevalue("slurm_python") if "profiles/slurm" in line else sys.executable
+        argv = [str(python), "-m", "snakemake", *argv[1:], "--dry-run"]
     else:
         argv = [sys.executable, *argv[1:]]
     proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=120)

@@ -61,9 +61,12 @@ def test_each_launch_is_a_target_interleaved_and_the_verdict_sees_them_all(tmp_p
     best = pd.read_csv(tmp_path / "results/best.csv")
     row = best.iloc[0]
     assert (row["verdict"], row["best_budget"], row["basis"], row["launches"]) == ("decided", 4, "launches", 2)
-    # Tokens come twice as fast at budget 4: its interval holds 2 (the client's share of the time
-    # makes the measured speedup a little smaller).
-    assert 1.4 < row["speedup"] < 2.1 and row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+    # The answer's speedup is the measured ratio of the two rows, its interval holds it and lies
+    # above 1. How close it comes to the stand-in's 2 depends on how busy the host was (a CI run
+    # measured 2.18 beside other tests), which is not specsweep's to guarantee.
+    tok_s = summary.set_index("budget")["output_tok_s"]
+    assert abs(row["speedup"] - tok_s[4] / tok_s[0]) < 1e-9 * row["speedup"]
+    assert 1 < row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
     assert "decided" in out and "Best draft budget" in out
 
 

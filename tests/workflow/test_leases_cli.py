@@ -10,7 +10,7 @@ import pytest
 
 from conftest import NAME, fault_study, run_cli
 from specsweep.errors import ConfigError
-from specsweep.measure import leases
+from specsweep.measure import gpu_pool, leases
 
 
 def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, model):
@@ -18,7 +18,7 @@ def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, m
     monkeypatch.setenv("SPECSWEEP_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert leases.host_gpus() == ["2", "3"]
+    assert gpu_pool.host_gpus() == ["2", "3"]
     with pytest.raises(ConfigError, match=r"tp 4 needs 4 GPUs, this host has 2 \(2,3\)"):
         leases.acquire(4, holder="x", announce=print, gpu=True)
     rc, err = run_cli(tmp_path, fault_study(model, gpu=True))

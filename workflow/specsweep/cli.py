@@ -24,10 +24,9 @@ from specsweep.errors import (
     InternalError,
     SpecsweepError,
 )
-from specsweep.measure import attempts, host_facts, interrupts, quiet_host
+from specsweep.measure import attempts, interrupts, quiet_host
 from specsweep.records import paths, store
-from specsweep.records.failure import Failure
-from specsweep.servers import signatures, templates
+from specsweep.servers import signatures
 from specsweep.servers.backends import Provision
 from specsweep.spec import RunSpec
 from specsweep.study import loading, manifests, offline, targets
@@ -100,7 +99,6 @@ def args_run(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
-    from specsweep.measure.before_start import secrets
     from specsweep.measure.progress import say
     from specsweep.measure.runner import run_configuration
 
@@ -127,22 +125,11 @@ def cmd_run(args) -> int:
     except Exception as caught:  # a bug, too, must leave a record and a nonzero exit
         exc = caught if isinstance(caught, SpecsweepError) else InternalError(
             f"internal error: {type(caught).__name__}: {caught}")
-        record = store.failure_record(
-            name=spec.name, spec=json.loads(spec.to_json()), error=exc, started_at=started_at,
-            attempt=store.next_attempt(args.failures_dir, spec.name), server_log=str(server_log),
-            log_tail=signatures.log_tail(server_log, start=log_start),
-            compute_capability=host_facts.local_compute_capability(),  # where it failed, for exclusions
-        )
-        hidden = secrets(spec)  # a server may echo its key into the lines the record quotes
-        shown = templates.redact_text(json.dumps(record.to_json()), hidden)
-        path = attempts.record_failure(args.failures_dir, Failure.from_json(json.loads(shown)))
-        reason = " ".join(templates.redact_text(exc.reason, hidden).split())  # one line on the terminal
+        path, reason = attempts.record_failure(args.failures_dir, spec, exc, started_at=started_at,
+                                               server_log=server_log, log_start=log_start)
         say(spec, f"FAILED [{exc.failure_class}] {reason}", terminal=True)
         say(spec, f"failure record: {path}; server log: {server_log}")
         return exc.exit_code
-
-
-
 
 
 def _quiet_host(args) -> quiet_host.Settings:
@@ -158,7 +145,6 @@ def _quiet_host(args) -> quiet_host.Settings:
     else:
         settings = loading.validate_study({})["quiet_host"]
     return quiet_host.Settings(**settings)
-
 
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from gpu_box import h100
-from specsweep.measure import gpu_memory, host_facts, leases
+from specsweep.measure import gpu_memory, gpu_pool, host_facts, leases, locks
 
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -37,50 +37,50 @@ def test_an_idle_gpu_reporting_reserved_memory_is_leased_at_once(nvml, tmp_path)
     lease = leases.acquire(4, holder="a", announce=said.append, gpu=True)
     assert lease.gpus == ("0", "1", "2", "3") and not said  # taken, nobody waited for
     lease.release()
-    waited, busy = leases.await_free_memory(("0", "1"), timeout_s=5)
+    waited, busy = gpu_pool.await_free_memory(("0", "1"), timeout_s=5)
     assert busy == [] and waited < 1
 
 
 def test_another_users_memory_shows_above_the_gpus_own_idle_level(nvml):
     nvml(h200_box(memory_v2=False))
-    assert gpu_memory.is_free("0", leases.lock_dir())  # idle: its level, 900 MiB, recorded
-    record = json.loads(next(leases.lock_dir().glob("idle-memory-GPU-00000000-*.json")).read_text())
+    assert gpu_memory.is_free("0", locks.lock_dir())  # idle: its level, 900 MiB, recorded
+    record = json.loads(next(locks.lock_dir().glob("idle-memory-GPU-00000000-*.json")).read_text())
     assert record == {"used": 900 * MIB, "structure": "v1", "reserved": None}
     # Another user's job, its process hidden from NVML (a container): 2 GiB more, under the cap.
     nvml(h200_box(memory_v2=False, memory_used=2 * GIB))
-    assert not gpu_memory.is_free("0", leases.lock_dir())
-    assert leases.free_gpus(["0", "1"]) == ["1"]
+    assert not gpu_memory.is_free("0", locks.lock_dir())
+    assert gpu_pool.free_gpus(["0", "1"]) == ["1"]
     # The level stays the lowest reading: the busy one did not raise it.
-    assert json.loads(next(leases.lock_dir().glob("idle-memory-GPU-00000000-*.json")).read_text())["used"] == 900 * MIB
+    assert json.loads(next(locks.lock_dir().glob("idle-memory-GPU-00000000-*.json")).read_text())["used"] == 900 * MIB
 
 
 def test_a_busy_gpu_first_seen_with_its_processes_hidden_is_not_taken_for_idle(nvml):
     nvml(h200_box(memory_used=30 * GIB))  # no level recorded yet, no process listed
-    assert not gpu_memory.is_free("0", leases.lock_dir())  # the level is capped at 2% of its memory
+    assert not gpu_memory.is_free("0", locks.lock_dir())  # the level is capped at 2% of its memory
 
 
 def test_a_reading_while_a_process_is_listed_sets_no_level(nvml):
     nvml(h200_box(memory_used=200 * MIB, pids=[4242]))  # within the margin of a level of 0
-    assert gpu_memory.is_free("0", leases.lock_dir())
-    assert not list(leases.lock_dir().glob("idle-memory-GPU-00000000-*.json"))  # not an idle reading
+    assert gpu_memory.is_free("0", locks.lock_dir())
+    assert not list(locks.lock_dir().glob("idle-memory-GPU-00000000-*.json"))  # not an idle reading
     nvml(h200_box(memory_used=600 * MIB, pids=[4242]))
-    assert not gpu_memory.is_free("0", leases.lock_dir())
+    assert not gpu_memory.is_free("0", locks.lock_dir())
 
 
 def test_the_margin_above_the_level_is_the_last_byte_that_counts_as_free(nvml):
     margin = gpu_memory.BUSY_MARGIN_MIB * MIB
     nvml(h200_box(memory_used=margin, pids=[4242]))  # no idle reading: the level is 0
-    assert gpu_memory.is_free("0", leases.lock_dir())
+    assert gpu_memory.is_free("0", locks.lock_dir())
     nvml(h200_box(memory_used=margin + 1, pids=[4242]))
-    assert not gpu_memory.is_free("0", leases.lock_dir())
+    assert not gpu_memory.is_free("0", locks.lock_dir())
 
 
 def test_a_small_gpus_idle_level_may_reach_a_gib_whatever_its_share(nvml):
     """2% of 8 GiB is 164 MiB; a small GPU's driver may still reserve more than that when idle."""
     nvml(h200_box(memory_v2=False, memory_total=8 * GIB, memory_reserved=900 * MIB))
-    assert gpu_memory.is_free("0", leases.lock_dir())
+    assert gpu_memory.is_free("0", locks.lock_dir())
 
 
 def test_a_gpu_nvml_cannot_read_counts_as_free(nvml):
     assert host_facts.memory_reading("7") is None  # the table has four GPUs
-    assert gpu_memory.is_free("7", leases.lock_dir())
+    assert gpu_memory.is_free("7", locks.lock_dir())

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_box import HW_THERMAL, IDLE, SW_POWER_CAP, box, h100
 from specsweep.errors import GpuThrottled
-from specsweep.measure import gpu_watch, host_facts, leases, quiet_host
+from specsweep.measure import gpu_pool, gpu_watch, host_facts, leases, quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)
@@ -44,20 +44,20 @@ def test_a_gpu_with_foreign_memory_moves_the_pair_to_the_free_nvlink_one(nvml):
 
 def test_fewest_busy_gpus_come_before_the_best_link(nvml):
     nvml(box(memory_used=30 << 30))
-    assert leases.best_group(["0", "1", "2", "3"], 2) == ("1", "2")  # free and NVLink
-    assert leases.best_group(["0", "1", "3"], 2) == ("1", "3")  # free over SYS beats NVLink with a busy GPU
-    assert leases.best_group(["0", "1", "2", "3"], 3) == ("1", "2", "3")
+    assert gpu_pool.best_group(["0", "1", "2", "3"], 2) == ("1", "2")  # free and NVLink
+    assert gpu_pool.best_group(["0", "1", "3"], 2) == ("1", "3")  # free over SYS beats NVLink with a busy GPU
+    assert gpu_pool.best_group(["0", "1", "2", "3"], 3) == ("1", "2", "3")
 
 
 def test_past_the_groups_worth_weighing_the_first_free_gpus_are_taken(monkeypatch):
     monkeypatch.setattr(host_facts, "link", lambda a, b: pytest.fail("no link is read past MAX_GROUPS"))
     sixteen = [str(i) for i in range(16)]  # tp 8 of 16: 12870 groups
-    assert leases.best_group(sixteen, 8) == tuple(sixteen[:8])
+    assert gpu_pool.best_group(sixteen, 8) == tuple(sixteen[:8])
 
 
 def test_gpus_handed_out_by_uuid_are_read_by_uuid(nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{h100(2)['uuid']},{h100(1)['uuid']}")
-    pool = leases.host_gpus()
+    pool = gpu_pool.host_gpus()
     assert pool == [h100(2)["uuid"], h100(1)["uuid"]]
     assert host_facts.link(*pool) == "NVLINK" and host_facts.memory_used(pool[0]) == 0
     assert host_facts.facts(tuple(pool))["gpus"][1]["pci_bus_id"] == "00000000:38:00.0"

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from specsweep.errors import ConfigError, DeviceBusy, PortConflict
-from specsweep.measure import host_facts, leases
+from specsweep.measure import host_facts, leases, locks
 
 # --- device leases ------------------------------------------------------------------------------
 
@@ -62,7 +62,7 @@ def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
                                f"leases.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
                                "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    assert holder.pid in leases.other_measurements()
+    assert holder.pid in locks.other_measurements()
     said = []
     waiter = threading.Thread(target=lambda: said.append(leases.acquire(1, holder="me", announce=said.append,
                                                                          gpu=gpu)))
@@ -272,7 +272,7 @@ def test_a_derived_port_in_use_on_the_host_moves_the_job_to_another_port(gpus):
         if tries[0] != lease.port:  # the port passed over is let go at once, not held to the end
             leases.acquire(1, holder="b", announce=print, gpu=True, port=tries[0]).release()
         # ... and the job still holds its GPU: none of its device locks was let go with the port.
-        assert leases._try_take(leases.lock_dir(), list(lease.gpus), 1, {g: g for g in lease.gpus}) is None
+        assert leases._try_take(locks.lock_dir(), list(lease.gpus), 1, {g: g for g in lease.gpus}) is None
         lease.release()
         with pytest.raises(PortConflict, match="in use on this host"):
             leases.acquire(1, holder="b", announce=print, gpu=True, port=lease.port, derived=lambda _p: (taken,))

@@ -15,7 +15,7 @@ from conftest import REPO, SGLANG_STANDIN
 from specsweep import study
 from specsweep.analysis import aggregate, ledger, partial_reports
 from specsweep.errors import ConfigError, Excluded
-from specsweep.measure import client, leases, result_doc
+from specsweep.measure import before_start, client, result_doc
 from specsweep.measure.before_start import check_model_path
 from specsweep.servers import backends, command
 
@@ -139,8 +139,8 @@ def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
     assert b8.excluded_on and b8.excluded_on[0][0] == ("12.0",) and b15.excluded_on == ()
     # The job itself refuses such GPUs when the plan was made elsewhere (a login node).
     with pytest.raises(Excluded, match="compute capability 12.0"):
-        leases.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
-    leases.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
+        before_start.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
+    before_start.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
     assert study.RunSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
 
 

@@ -1,6 +1,6 @@
 """The policy around one attempt at a launch, apart from the measurement itself: whether a
-retry runs at all, how long it waits, which folder a hand run may write into, and the history
-copy of what it wrote.
+retry runs at all, how long it waits, which folder a hand run may write into, the history copy of
+what it wrote, and the failure record of one that failed.
 
 Snakemake retries a failed job (``retries``) with the attempt number; what a retry should do is
 decided here from the failure records, so that the CLI only wires it together.
@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 from specsweep.errors import ConfigError, GpuThrottled, HostNotQuiet, SpecsweepError
-from specsweep.measure import quiet_host
+from specsweep.measure import host_facts, quiet_host
+from specsweep.measure.before_start import secrets
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
+from specsweep.servers import signatures, templates
 from specsweep.spec import RunSpec
 
 
@@ -66,9 +68,21 @@ def keep_in_history(spec: RunSpec, out: Path, say) -> None:
         say(spec, f"could not keep a copy in {paths.history_of(runs)}: {exc}")
 
 
-def record_failure(failures_dir: Path, record: Failure) -> Path | str:
-    """The failure record, best effort: the exit code still tells when it cannot be written."""
+def record_failure(failures_dir: Path, spec: RunSpec, error: SpecsweepError, *, started_at: str,
+                   server_log: Path, log_start: int) -> tuple[Path | str, str]:
+    """This attempt's failure record, written with the spec's secrets hidden in all it quotes (a
+    server may echo its key into the log lines), and the reason, so hidden, in one line for the
+    terminal. Best effort: the exit code still tells when the record cannot be written."""
+    record = store.failure_record(
+        name=spec.name, spec=json.loads(spec.to_json()), error=error, started_at=started_at,
+        attempt=store.next_attempt(failures_dir, spec.name), server_log=str(server_log),
+        log_tail=signatures.log_tail(server_log, start=log_start),
+        compute_capability=host_facts.local_compute_capability(),  # where it failed, for exclusions
+    )
+    hidden = secrets(spec)
+    shown = Failure.from_json(json.loads(templates.redact_text(json.dumps(record.to_json()), hidden)))
     try:
-        return store.write_failure(failures_dir, record)
+        path = store.write_failure(failures_dir, shown)
     except SpecsweepError as exc:
-        return f"(not written: {exc.reason})"
+        path = f"(not written: {exc.reason})"
+    return path, " ".join(templates.redact_text(error.reason, hidden).split())

@@ -1,16 +1,18 @@
 """What is refused before a server starts (the runner's first step): the spec and its command,
-the API key the study names, the model path, the prompts file and the prompt set's manifest; and
-the secrets to hide wherever a command, log line or record is written."""
+the API key the study names, the model path, the prompts file and the prompt set's manifest, an
+exclusion by the architecture of the GPUs the job was handed; and the secrets to hide wherever a
+command, log line or record is written."""
 
 from __future__ import annotations
 
 import os
 
-from specsweep.errors import ConfigError
+from specsweep.errors import ConfigError, Excluded
 from specsweep.records import paths
 from specsweep.servers import backends
 from specsweep.spec import EMBEDDED, RunSpec
 from specsweep.study import targets
+from specsweep.study.grid import excluded_here
 from specsweep.study.loading import check_spec_command, model_path_problem
 from specsweep.study.prompts import read_prompts_file
 
@@ -55,3 +57,13 @@ def check_model_path(spec: RunSpec) -> None:
     """llama-server needs a model file; the others load a folder, or a hub id they resolve themselves."""
     if problem := model_path_problem(backends.get(spec.backend), spec.model_path):
         raise ConfigError(problem)
+
+
+def check_exclusions(excluded_on: tuple, hw: dict) -> None:
+    """Refuse to measure where the study excludes this configuration by architecture."""
+    held = {g.get("compute_capability") for g in hw.get("gpus", [])} - {None}
+    for capabilities, reason in excluded_on:
+        if hit := excluded_here(capabilities, held):
+            raise Excluded(f"excluded on compute capability {', '.join(hit)}: {reason}; the plan did not "
+                           f"leave it out because it was made on a host of another kind: plan on this kind of "
+                           f"host, or set hardware.compute_capability in the study")

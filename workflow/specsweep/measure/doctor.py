@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specsweep.cache import cache_dir
 from specsweep.errors import ConfigError
-from specsweep.measure import gpu_memory, host_facts, leases, quiet_host
+from specsweep.measure import gpu_memory, gpu_pool, host_facts, locks, quiet_host
 from specsweep.servers import backends, probes
 from specsweep.spec import EMBEDDED
 from specsweep.study import offline
@@ -106,20 +106,20 @@ def model_check(config: dict, backend) -> Check:
 
 
 def gpu_check(tp: int) -> Check:
-    gpus = leases.host_gpus()
+    gpus = gpu_pool.host_gpus()
     if not gpus:
         return Check("gpus", False,
                      "no GPU: NVML sees none, and neither SPECSWEEP_GPUS nor CUDA_VISIBLE_DEVICES names any",
                      "run on a GPU host (pip install nvidia-ml-py for NVML), or set server.gpu: false")
     used = {g: host_facts.memory_used(g) for g in gpus}
-    taken = [g for g in gpus if not gpu_memory.is_free(g, leases.lock_dir())]
+    taken = [g for g in gpus if not gpu_memory.is_free(g, locks.lock_dir())]
     shown = ", ".join(g + (f" ({used[g] >> 20} MiB in use by pid(s) {host_facts.gpu_pids(g)})" if g in taken else "")
                       for g in gpus)
     free = len(gpus) - len(taken)
     if free < tp:
         return Check("gpus", False, f"{free} free GPU(s) of {len(gpus)} ({shown}), the grid's largest tp is {tp}",
                      "wait for the GPUs' other users, or exclude the larger tp")
-    group = leases.best_group([g for g in gpus if g not in taken], tp) if tp > 1 else ()
+    group = gpu_pool.best_group([g for g in gpus if g not in taken], tp) if tp > 1 else ()
     link = host_facts.worst_link(host_facts.link(*pair) for pair in host_facts.pairs(group))
     topology = f" (GPUs {','.join(group)} over {link or 'an unknown link'})" if group else ""
     return Check("gpus", True, f"{len(gpus)} GPU(s): {shown}; {free} free; largest tp {tp}{topology}")
@@ -151,9 +151,9 @@ def port_check() -> Check:
 
 
 def lock_check() -> Check:
-    folder = leases.lock_dir()
+    folder = locks.lock_dir()
     try:
-        leases.make_shared_dir(folder)
+        locks.make_shared_dir(folder)
         probe = folder / f".doctor-{os.getpid()}"
         probe.write_text("")
         probe.unlink()

@@ -19,6 +19,7 @@ from specsweep.measure import (
     host_facts,
     interrupts,
     leases,
+    locks,
     provenance,
     quiet_host,
     section_stats,
@@ -53,7 +54,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
             spec.tp, holder=spec.name, gpu=spec.gpu, port=port, announce=lambda m: say(spec, m, terminal=True),
             derived=lambda p: backend.derived_ports(command.server_argv(spec, p, key), p)))
         hw = host_facts.facts(lease.gpus)
-        leases.check_exclusions(spec.excluded_on, hw)
+        before_start.check_exclusions(spec.excluded_on, hw)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
         server = ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
@@ -73,7 +74,7 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
             measured = _measure(spec, server, settings, lease.gpus, prompt_source)
         held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                 "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
-                "lock_dir": str(leases.lock_dir())}
+                "lock_dir": str(locks.lock_dir())}
         result = build_result(spec, argv=server.shown_argv, facts=facts, checked=checked, measured=measured,
                               started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
                               settings=settings,
@@ -140,7 +141,7 @@ def _measure(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings
 def _watch(server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...]) -> quiet_host.SectionWatch:
     """The quiet-host guard for one section: our own processes are the server's tree and the
     other measurements holding devices; the server's waiting is its tree's alone."""
-    return quiet_host.SectionWatch(settings, lambda: server.tree_pids() | leases.other_measurements(), gpus,
+    return quiet_host.SectionWatch(settings, lambda: server.tree_pids() | locks.other_measurements(), gpus,
                                    server_pids=server.tree_pids)
 
 

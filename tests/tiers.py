@@ -7,12 +7,11 @@ marked ``alone`` must not share it: it measures a real server (every test of tes
 ``e2e``), or asserts what the host's timing or the quiet-host guard makes of it. Sharing would make
 its outcome depend on its neighbours, which is what a test must never do.
 
-So the scheduler below (xdist's load scheduling, changed in three ways) runs every test that is
-not alone first, two queued per worker so no worker sits idle while another holds a backlog, the
-``early`` ones (the builds the alone tests need) at the head of the queue and the others longest
-first by the durations of the last run (kept in pytest's cache); once they are all done and every
-other worker has stopped, it hands the alone tests to one worker, in order. Without xdist (``-n
-0``, the mutation harness) the tests run one at a time in pytest's order.
+So the scheduler below (xdist's load scheduling, changed in two ways) runs every test that is not
+alone first, two queued per worker so no worker sits idle while another holds a backlog, the
+``early`` ones (the builds the alone tests need) at the head of the queue; once they are all
+done and every other worker has stopped, it hands the alone tests to one worker, in order.
+Without xdist (``-n 0``, the mutation harness) the tests run one at a time in pytest's order.
 """
 
 from __future__ import annotations
@@ -46,43 +45,20 @@ def pytest_itemcollected(item):
         item.add_marker(ALONE)  # before -m selects: `pytest -m alone` runs the real-server tier too
 
 
-# Where the controller keeps each test's seconds (setup, call and teardown) from the runs so far.
-DURATIONS = "specsweep/durations"
-_SECONDS: dict[str, float] = {}  # this run's, in this process (the controller writes them)
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker, early tests first. One process alone (no -n, the mutation harness) keeps
+    pytest's order."""
+    if hasattr(config, "workerinput"):
+        early = [item for item in items if item.get_closest_marker(EARLY)]
+        rest = [item for item in items if not item.get_closest_marker(EARLY)]
+        # One early test and one other per worker at the start (a worker runs a test once it holds
+        # the next): each build gets a worker of its own instead of queueing behind another.
+        items[:] = [item for pair in zip(early, rest[:len(early)]) for item in pair] + rest[len(early):]
 
 
-def pytest_runtest_logreport(report):
-    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
-
-
-def _cached(config) -> dict[str, float]:
-    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
-    return cache.get(DURATIONS, {}) if cache is not None else {}
-
-
-def pytest_sessionfinish(session):
-    """The controller records this run's durations over the last ones (a test not run now keeps
-    its own), for the next run's order."""
-    cache = getattr(session.config, "cache", None)  # None under -p no:cacheprovider
-    if not hasattr(session.config, "workerinput") and _SECONDS and cache is not None:
-        cache.set(DURATIONS, {**cache.get(DURATIONS, {}), **_SECONDS})
-
-
-def shared_order(ids: list[str], early: set[str], seconds: dict[str, float]) -> list[str]:
-    """The shared phase's queue: one early test and one other per worker at the start (a worker
-    runs a test once it holds the next, so each build gets a worker of its own), then the longest
-    first by the last run's durations, so that none starts last and leaves the other workers idle
-    while it runs (pytest's order ends on the suite's longest: racing, reruns). A test without a
-    duration (new, or a first run: CI's fresh clone) goes first, as if long; ties keep pytest's
-    order."""
-    builds = [i for i in ids if i in early]
-    rest = sorted((i for i in ids if i not in early), key=lambda i: -seconds.get(i, float("inf")))
-    return [i for pair in zip(builds, rest) for i in pair] + builds[len(rest):] + rest[len(builds):]
-
-
-# The controller collects nothing: each worker writes the ids of its alone and early tests to a
-# file the controller named (xdist's pytest_configure_node hands it over), before it reports its
-# collection.
+# The controller collects nothing: each worker writes the ids of its alone tests to a file the
+# controller named (xdist's pytest_configure_node hands it over), before it reports its collection.
 ALONE_FILE = "specsweep_alone_ids"
 
 
@@ -103,8 +79,7 @@ def pytest_unconfigure(config):
 def pytest_collection_finish(session):
     path = getattr(session.config, "workerinput", {}).get(ALONE_FILE)
     if path:
-        ids = {ALONE: [item.nodeid for item in session.items if is_alone(item)],
-               EARLY: [item.nodeid for item in session.items if item.get_closest_marker(EARLY)]}
+        ids = [item.nodeid for item in session.items if is_alone(item)]
         with open(f"{path}.part", "w") as out:
             json.dump(ids, out)
         os.replace(f"{path}.part", path)
@@ -115,14 +90,14 @@ def pytest_xdist_make_scheduler(config, log):
     return AloneLastScheduling(config, log)
 
 
-def marked_ids(config, marker: str) -> set[str]:
-    """The ids of the alone or the early tests, as the workers wrote them."""
+def alone_ids(config) -> set[str]:
+    """The alone tests' ids, as the workers wrote them."""
     folder = getattr(config, "_alone_folder", None)
     found: set[str] = set()
     for name in os.listdir(folder) if folder else ():
         if name.endswith(".json"):
             with open(os.path.join(folder, name)) as src:
-                found.update(json.load(src)[marker])
+                found.update(json.load(src))
     return found
 
 
@@ -153,12 +128,10 @@ class AloneLastScheduling(LoadScheduling):
                 self.log("**Different tests collected, aborting run**")
                 return
             self.collection = next(iter(self.node2collection.values()))
-            alone = marked_ids(self.config, ALONE)
-            index = {nodeid: i for i, nodeid in enumerate(self.collection)}
-            self.alone = [i for i, nodeid in enumerate(self.collection) if nodeid in alone]
-            shared = [nodeid for nodeid in self.collection if nodeid not in alone]
-            order = shared_order(shared, marked_ids(self.config, EARLY), _cached(self.config))
-            self.pending[:] = [index[nodeid] for nodeid in order]
+            alone = alone_ids(self.config)
+            every = range(len(self.collection))
+            self.alone = [i for i in every if self.collection[i] in alone]
+            self.pending[:] = [i for i in every if self.collection[i] not in alone]
         for node in self.nodes:
             self.check_schedule(node)
 

@@ -41,13 +41,14 @@ def measure(doc: dict, folder: Path) -> Path:
 def main() -> None:
     from specsweep import study
     from specsweep.analysis import compare
-    from specsweep.servers.backends import llama_server_build
+    from specsweep.study.targets import provision_embedded
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
-    pins = study.load_study(REPO / "config/config.yaml")["provision"]
-    binary, model = llama_server_build.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
+    config = study.load_study(REPO / "config/config.yaml")
+    embedded = provision_embedded(config, Path(tempfile.gettempdir()) / "build.log")
+    binary, model = embedded["binary"], embedded["model"]
     doc = study.load_study(REPO / "config/config.yaml")
     doc["server"]["binary"], doc["model"]["path"] = binary, model
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}

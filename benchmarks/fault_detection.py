@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep.servers.backends import llama_server_build
 from specsweep.study.grid import expand_grid
 from specsweep.study.loading import load_study, validate_study
+from specsweep.study.targets import provision_embedded
 
 REPO = Path(__file__).resolve().parents[1]
 FAULT_SERVER = REPO / "tests" / "doubles" / "fault_server.py"
@@ -38,9 +38,10 @@ SECTIONS = [{"name": "short", "output_tokens": 32, "requests": 2},
 
 
 def real_study(stall: float) -> dict:
-    pins = load_study(REPO / "config" / "config.yaml")["provision"]
+    config = load_study(REPO / "config" / "config.yaml")
     build_log = Path(tempfile.gettempdir()) / "specsweep-build.log"
-    binary, model = llama_server_build.provision_embedded(pins, log_path=build_log)
+    embedded = provision_embedded(config, build_log)
+    binary, model = embedded["binary"], embedded["model"]
     return validate_study({"model": {"path": model}, "server": {"binary": binary, "stall_timeout_s": stall},
                            "grid": {"budget": [0], "context": [64]},
                            "workload": {"warmup_requests": 1, "repeats": 1, "sections": SECTIONS}})

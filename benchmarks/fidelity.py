@@ -19,13 +19,13 @@ from pathlib import Path
 from specsweep.measure import client, section_stats, workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
-from specsweep.servers.backends import llama_server_build
 from specsweep.servers.command import server_argv
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import Section
 from specsweep.study import loading
 from specsweep.study.grid import expand_grid
 from specsweep.study.loading import load_study, validate_study
+from specsweep.study.targets import provision_embedded
 
 LLAMA = get_backend("llama-server")
 
@@ -33,9 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def measure(budget: int, requests: int, tokens: int, context: int) -> tuple[list[float], int, int]:
-    pins = load_study(REPO / "config" / "config.yaml")["provision"]
+    config = load_study(REPO / "config" / "config.yaml")
     build_log = Path(tempfile.gettempdir()) / "specsweep-build.log"
-    binary, model = llama_server_build.provision_embedded(pins, log_path=build_log)
+    embedded = provision_embedded(config, build_log)
+    binary, model = embedded["binary"], embedded["model"]
     section = {"name": "fidelity", "output_tokens": tokens, "requests": requests}
     study = validate_study({"grid": {"budget": [budget], "context": [context]},
                             "workload": {"sections": [section]}})

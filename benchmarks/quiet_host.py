@@ -54,14 +54,15 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
 
 def main() -> None:
     from specsweep import study
-    from specsweep.servers.backends import llama_server_build
+    from specsweep.study.targets import provision_embedded
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="runs on the quiet host")
     parser.add_argument("--loaded-runs", type=int, default=1, help="runs beside each hog (minutes each)")
     args = parser.parse_args()
-    pins = study.load_study(REPO / "config/config.yaml")["provision"]
-    binary, model = llama_server_build.provision_embedded(pins, log_path=Path(tempfile.gettempdir()) / "build.log")
+    config = study.load_study(REPO / "config/config.yaml")
+    embedded = provision_embedded(config, Path(tempfile.gettempdir()) / "build.log")
+    binary, model = embedded["binary"], embedded["model"]
     threshold = study.validate_study({})["quiet_host"]["max_foreign_cores"]
     cpus = sorted(os.sched_getaffinity(0))
     hosts = [("quiet", args.runs, None, None), ("hog", args.loaded_runs, None, set(cpus)),

@@ -14,10 +14,10 @@ from pathlib import Path
 from specsweep.measure import client, workload
 from specsweep.servers import probes
 from specsweep.servers.backends import get as get_backend
-from specsweep.servers.backends import llama_server_build
 from specsweep.servers.process import ServerProcess
 from specsweep.study import loading
 from specsweep.study.loading import load_study
+from specsweep.study.targets import provision_embedded
 
 LLAMA = get_backend("llama-server")
 
@@ -68,8 +68,9 @@ def main() -> None:
     parser.add_argument("--budgets", default="2,4,8")
     parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args()
-    pins = load_study(REPO / "config" / "config.yaml")["provision"]
-    binary, model = llama_server_build.provision_embedded(pins, log_path=Path("/tmp/specsweep-build.log"))
+    config = load_study(REPO / "config" / "config.yaml")
+    embedded = provision_embedded(config, Path("/tmp/specsweep-build.log"))
+    binary, model = embedded["binary"], embedded["model"]
     for method in args.methods.split(","):
         budgets = [0] if method == "none" else [int(b) for b in args.budgets.split(",")]
         for budget in budgets:

@@ -37,9 +37,9 @@ sys.path.insert(0, str(DOUBLES))
 from mutation import hits as mutation_hits  # noqa: E402
 from specsweep import study  # noqa: E402
 from specsweep.cache import locked  # noqa: E402
-from specsweep.servers.backends import llama_server_build  # noqa: E402
 from specsweep.study.grid import expand_grid  # noqa: E402
 from specsweep.study.loading import validate_study  # noqa: E402
+from specsweep.study.targets import provision_embedded  # noqa: E402
 
 # The faked box of GPUs' `nvml` fixture, for the unit and the workflow tests that take it; the
 # suite's two phases, the markers alone and early and their scheduler (tests/tiers.py).
@@ -152,13 +152,11 @@ def model(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def embedded() -> dict:
     """The real llama-server and model, provisioned exactly as the workflow does (cached)."""
-    pins = study.load_study(REPO / "config" / "config.yaml")["provision"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "specsweep-test-build.log"
     # Built (or waited for) in a process ahead of the shared phase's tests, then found in the cache.
     subprocess.run([sys.executable, "-m", "specsweep", "provision", "study", "--config", str(REPO / "config" /
                     "config.yaml"), "--log", str(log)], capture_output=True, timeout=1500, preexec_fn=first_in_line)
-    binary, model = llama_server_build.provision_embedded(pins, log_path=log)
-    return {"binary": binary, "model": model}
+    return provision_embedded(study.load_study(REPO / "config" / "config.yaml"), log)
 
 
 @dataclass(frozen=True)

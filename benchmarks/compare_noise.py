@@ -46,11 +46,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
-    config = study.load_study(REPO / "config/config.yaml")
-    embedded = provision_embedded(config, Path(tempfile.gettempdir()) / "build.log")
-    binary, model = embedded["binary"], embedded["model"]
     doc = study.load_study(REPO / "config/config.yaml")
-    doc["server"]["binary"], doc["model"]["path"] = binary, model
+    embedded = provision_embedded(doc, Path(tempfile.gettempdir()) / "build.log")
+    doc["server"]["binary"], doc["model"]["path"] = embedded["binary"], embedded["model"]
     doc["grid"] = {"budget": [0, 4], "tp": [1], "context": [128]}
     doc["workload"]["repeats"] = args.repeats
     with tempfile.TemporaryDirectory() as tmp:

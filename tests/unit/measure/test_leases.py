@@ -181,7 +181,7 @@ def test_one_gpu_named_by_index_in_one_job_and_by_uuid_in_another_is_one_lock(gp
     monkeypatch.setitem(sys.modules, "pynvml", FakeNVML({0: 0}))
     monkeypatch.setenv("SPECSWEEP_GPUS", "0")
     first = leases.acquire(1, holder="by index", announce=print, gpu=True)
-    assert first.locks == ("GPU-00000000-0000-0000-0000-000000000000",)
+    assert first.lock_names == ("GPU-00000000-0000-0000-0000-000000000000",)
     monkeypatch.setenv("SPECSWEEP_GPUS", "GPU-00000000-0000-0000-0000-000000000000")
     said: list[str] = []
     threading.Timer(0.8, first.release, kwargs={"wait": False}).start()

@@ -49,11 +49,7 @@ def queue_timeout_s() -> float:
 
 
 def free_gpus(gpus: list[str]) -> list[str]:
-    """The GPUs without memory in use (by NVML; unreadable ones count as free), in their order.
-
-    On a shared box a GPU nobody holds a lock on may still run another user's process: a job
-    takes only free GPUs, and waits in the queue while too few are free, never on a busy one.
-    """
+    """The GPUs without memory in use (by NVML; unreadable ones count as free), in their order."""
     return [g for g in gpus if gpu_memory.is_free(g, lock_dir())]
 
 

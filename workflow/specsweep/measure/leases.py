@@ -34,7 +34,7 @@ class Lease:
     side_port: int = 0  # a second one, for a port the server opens beside it ({side_port})
     derived_ports: tuple[int, ...] = ()  # those the server opens at places derived from port
     memory_wait_s: float = 0.0  # how long teardown waited for the GPUs' memory to be released
-    locks: tuple[str, ...] = ()  # the lock name of each device (a GPU's UUID where NVML knows it)
+    lock_names: tuple[str, ...] = ()  # the lock name of each device (a GPU's UUID where NVML knows it)
     _fds: list[int] = field(default_factory=list, repr=False)
 
     @property
@@ -50,7 +50,7 @@ class Lease:
             # The next job must find these GPUs as empty as this one did.
             self.memory_wait_s, _ = gpu_pool.await_free_memory(self.gpus, gpu_pool.release_timeout_s())
         if self._fds:
-            locks.remove_holder(locks.lock_dir(), self.locks)
+            locks.remove_holder(locks.lock_dir(), self.lock_names)
         for fd in self._fds:
             os.close(fd)  # closing the descriptor drops the flock
         self._fds.clear()
@@ -99,7 +99,7 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
             last_said = now
         time.sleep(locks.POLL_S)
     lease.waited_s = time.monotonic() - t0
-    locks.write_holder(folder, lease.locks, holder)
+    locks.write_holder(folder, lease.lock_names, holder)
     if last_said is not None:
         announce(f"got device(s) {','.join(lease.devices)} after waiting {lease.waited_s:.1f} s")
     try:
@@ -193,7 +193,7 @@ def _try_take(folder: Path, candidates: list[str], want: int, names: dict[str, s
     for device, fd in taken.items():
         if device not in chosen:
             os.close(fd)
-    return (Lease(devices=tuple(chosen), locks=tuple(names[d] for d in chosen), _fds=[taken[d] for d in chosen])
+    return (Lease(devices=tuple(chosen), lock_names=tuple(names[d] for d in chosen), _fds=[taken[d] for d in chosen])
             if chosen else None)
 
 

@@ -25,6 +25,7 @@ POLL_S = 0.25  # how often a waiting job looks at the locks and the GPUs' memory
 
 
 def lock_dir() -> Path:
+    """The host's one lock folder: every job on the host must name the same one."""
     return Path(os.environ.get("SPECSWEEP_LOCK_DIR") or "/tmp/specsweep-locks")
 
 

@@ -120,4 +120,4 @@ def provision_embedded(config: dict, log_path: Path) -> dict[str, str]:
     """{"binary"|"model": path} of the study's embedded server and model, provisioned (or found in
     the cache) as its plan provisions them: for the tests, the benchmarks and a hand run."""
     made = provision_study(config, log_path)
-    return {kind: made[target][kind] for kind, target in of_study(config).items() if kind != "prompts"}
+    return {kind: made[target][kind] for kind, target in of_study(config).items() if kind in ("binary", "model")}

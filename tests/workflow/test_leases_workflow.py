@@ -129,12 +129,12 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
             for n in ("tp1-b2-ctx16", "tp1-b4-ctx16") for f in os.listdir(tmp_path / "results/failures" / n)
             } == {"invalid-result"}
 
-    # Aggregation refuses too (a file damaged after the plan): it fails naming the file, moves it
-    # aside and removes the figure made from it, so the next run measures it again.
+    # Aggregation refuses too (a file damaged after the plan): it fails naming the file and moves
+    # it aside, so the next run measures it again (the summary job's outputs Snakemake deletes).
     _corrupt(runs / "tp1-b2-ctx16/launch1.json", "version")
     proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config", "results/study/config.yaml",
                            "--runs", "results/runs", "--failures", "results/failures",
-                           "--quarantine", "results/invalid", "--stale", "results/summary.png",
+                           "--quarantine", "results/invalid",
                            "--csv", str(tmp_path / "x.csv")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 19 and "1 result file(s) cannot be aggregated" in proc.stderr, proc.stderr
-    assert not (tmp_path / "results/summary.png").exists() and not (runs / "tp1-b2-ctx16/launch1.json").exists()
+    assert not (runs / "tp1-b2-ctx16/launch1.json").exists()

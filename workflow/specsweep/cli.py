@@ -239,8 +239,6 @@ def args_aggregate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
     parser.add_argument("--quarantine", type=Path,
                         help="move results that cannot be aggregated into this folder and fail, so they are rerun")
-    parser.add_argument("--stale", type=Path, nargs="*", default=[],
-                        help="files made from the results to remove when one is refused (the summary figure)")
     parser.add_argument("--report-data", action="store_true",
                         help="then, in the same process, what report-data writes (its options, here too): the "
                              "rule's one command, so the analysis libraries are loaded once")
@@ -256,8 +254,7 @@ def cmd_aggregate(args) -> int:
     study = _study(args)
     frame = aggregate.summarize(study, args.runs, args.failures)
     if args.quarantine is not None:
-        ledger.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures,
-                                     stale=tuple(args.stale))
+        ledger.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
     aggregate.check_comparable(study, args.runs)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = partial_reports.failure_report(frame, args.failures)

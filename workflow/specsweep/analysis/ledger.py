@@ -131,13 +131,14 @@ def quarantine(spec: RunSpec, source: Path, reason: str, invalid_dir: Path, fail
 
 
 def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invalid_dir: Path,
-                       failures_dir: Path, stale: tuple[Path, ...] = ()) -> None:
+                       failures_dir: Path) -> None:
     """Move every result aggregation refused out of the way, with a failure record, and fail.
 
     A refused file left in place would look finished to Snakemake and never be rerun; moved
-    aside (never deleted) it is kept for inspection, and the next run measures it anew. The
-    ``stale`` files (the summary figure made from the refused results) are removed, so the next
-    run cannot find them up to date.
+    aside (never deleted) it is kept for inspection, and the next run measures it anew. What the
+    summary job made from the refused results goes with the failed job (Snakemake deletes a failed
+    job's outputs); after a hand run, the next main command measures the moved launch again and
+    so remakes the summary.
     """
     bad = frame[frame["status"] == INVALID].drop_duplicates("name")
     if bad.empty:
@@ -145,8 +146,6 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
     specs = {s.name: s for s in expand_grid(config)}
     lines = [quarantine(specs[row.name], path, reason, invalid_dir, failures_dir)
              for row in bad.itertuples() for _, path, reason in refused_launches(specs[row.name], runs_dir)]
-    for path in stale:
-        Path(path).unlink(missing_ok=True)
     raise ResultRefused(
         f"{len(lines)} result file(s) cannot be aggregated:\n  " + "\n  ".join(lines)
         + "\nRun the same command again: those configurations will be measured anew."

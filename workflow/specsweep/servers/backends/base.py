@@ -107,10 +107,10 @@ class Backend:
     # request's prefill made left out), with the source that says what they count.
     acceptance_from: str = ""
 
-    def artifacts(self, pins: dict) -> dict[str, Artifact]:
-        """{"binary"|"model": what "embedded" takes from the package index} for a study's
-        ``provision`` pins; a backend without an embedded default takes nothing."""
-        return {}
+    def artifact(self, target: str, pins: dict) -> Artifact | None:
+        """What one of this backend's targets takes from the package index, from the pins it is
+        made from (``provision_pins``, the only ones it is handed); None where it takes nothing."""
+        return None
 
     def provision(self, target: str, request: Provision) -> dict | None:
         """Obtain (or find cached) one of this backend's targets; its manifest, or None where the

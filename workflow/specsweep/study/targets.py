@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from specsweep.cache import Artifact
 from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.servers import backends
@@ -30,6 +31,7 @@ class Target:
     needs: tuple[str, ...]  # targets whose manifests it is made from
     options: tuple[str, ...]  # what Provision.options it takes
     make: Callable[[Provision], dict | None]
+    artifact: Callable[[dict], Artifact | None]  # what it takes from the package index, from its pins
     in_plan: bool = True  # False: a tool made only by hand, never a study's input
 
 
@@ -42,11 +44,13 @@ def all_targets() -> dict[str, Target]:
             _add(found, Target(name, backend.provision_pins.get(name, ()), backend.provision_needs.get(name, ()),
                                backend.provision_options.get(name, ()),
                                lambda request, b=backend, n=name: b.provision(n, request),
+                               lambda pins, b=backend, n=name: b.artifact(n, pins),
                                in_plan=name in backend.embedded.values()), backend.name)
     for set_name, prompt_set in prompt_sets.SETS.items():
         keys = (f"{prompt_set.pin}_version", f"{prompt_set.pin}_sha256")
         _add(found, Target(PROMPTS + set_name, keys, (), (),
-                           lambda request, s=set_name, k=keys: prompt_sets.provision(s, *(request.pins[x] for x in k))),
+                           lambda request, s=set_name, k=keys: prompt_sets.provision(s, *(request.pins[x] for x in k)),
+                           lambda pins, s=set_name, k=keys: prompt_sets.artifact(s, *(pins[x] for x in k))),
              "prompt sets")
     return found
 
@@ -71,6 +75,11 @@ def find(name: str) -> Target:
 def pins(config: dict, name: str) -> dict:
     """The study's pins one target is made from (as params: changing one remakes it, and only it)."""
     return {key: config["provision"][key] for key in find(name).pin_keys}
+
+
+def artifact(config: dict, name: str) -> Artifact | None:
+    """What one target takes from the package index at the study's pins; None where it takes nothing."""
+    return find(name).artifact(pins(config, name))
 
 
 def provision(name: str, request: Provision) -> dict | None:

@@ -33,6 +33,8 @@ from specsweep.records.store import utc_now
 if TYPE_CHECKING:
     from specsweep.cache import Artifact
 
+TARGET_PREFIX = "prompts-"  # a prompt set's provisioning target (study/targets.py): prompts-<set>
+
 
 @dataclass(frozen=True)
 class PromptSet:
@@ -117,7 +119,7 @@ def provision(name: str, version: str, sha256: str) -> dict:
 def artifact(name: str, version: str, sha256: str) -> Artifact:
     from specsweep.cache import Artifact, cache_dir
 
-    return Artifact(f"prompts-{name}", f"{SETS[name].package}=={version}",
+    return Artifact(TARGET_PREFIX + name, f"{SETS[name].package}=={version}",
                     cache_dir() / "prompts" / f"{name}-{version}-{sha256[:12]}", "prompts")
 
 

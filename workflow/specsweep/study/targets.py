@@ -21,7 +21,7 @@ from specsweep.servers.backends import Provision
 from specsweep.spec import EMBEDDED
 from specsweep.study import prompt_sets
 
-PROMPTS = "prompts-"  # prompts-<set>: a prompt set's documents
+PROMPTS = prompt_sets.TARGET_PREFIX  # prompts-<set>: a prompt set's documents
 
 
 @dataclass(frozen=True)

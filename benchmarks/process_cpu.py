@@ -1,6 +1,7 @@
 """Where a pytest run's CPU goes, per kind of process: every Python process the tests start
 (Snakemake, each `specsweep` subcommand, the fault server, pytest's workers) counted by its own
-CPU time, so that what the inner loop pays for process starts can be told from what it measures.
+CPU time, so that what the inner loop pays for process starts can be told from what it measures;
+then the tests whose processes cost most, with their Snakemake runs.
 
     python benchmarks/process_cpu.py                      # the inner loop: tests/unit tests/workflow
     python benchmarks/process_cpu.py tests/workflow -k rerun
@@ -24,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+PYTEST = "pytest and its workers (the tests' own code)"
 
 SITECUSTOMIZE = """
 import atexit, json, os, sys
@@ -32,7 +34,8 @@ def _count():
     times = os.times()
     try:
         with open(os.environ["SPECSWEEP_PROCESS_CPU"], "a") as out:
-            out.write(json.dumps({"argv": sys.argv[:2], "cpu": times.user + times.system}) + "\\n")
+            out.write(json.dumps({"argv": sys.argv[:2], "cpu": times.user + times.system,
+                                  "test": os.environ.get("PYTEST_CURRENT_TEST", "")}) + "\\n")
     except OSError:
         pass
 
@@ -49,7 +52,7 @@ def kind(argv: list[str]) -> str:
     if "snakemake" in first:
         return "snakemake"
     if first == "-c" or first.endswith("pytest/__main__.py"):  # "-c": an xdist worker
-        return "pytest and its workers (the tests' own code)"
+        return PYTEST
     if first.endswith("__main__.py"):
         return Path(first).parent.name
     return Path(first).name or "python"
@@ -79,7 +82,21 @@ def main() -> None:
     for name, cpus in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
         total = sum(cpus)
         print(f"{total:8.1f}{total / counted:7.0%}{len(cpus):10d}{total / len(cpus):7.2f}  {name}")
+    print_tests(rows)
     sys.exit(done.returncode)
+
+
+def print_tests(rows: list[dict], top: int = 15) -> None:
+    """The tests whose processes cost most (pytest sets PYTEST_CURRENT_TEST in each test's
+    environment, and every process it starts inherits it), and how many Snakemake runs each made."""
+    tests: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row.get("test") and kind(row["argv"]) != PYTEST:
+            tests[row["test"].rsplit(" (", 1)[0]].append(row)
+    print(f"\n{'CPU-s':>8}{'snakemake':>10}{'processes':>10}  test (the processes it started)")
+    for test, started in sorted(tests.items(), key=lambda kv: -sum(r["cpu"] for r in kv[1]))[:top]:
+        runs = sum(kind(r["argv"]) == "snakemake" for r in started)
+        print(f"{sum(r['cpu'] for r in started):8.1f}{runs:10d}{len(started):10d}  {test}")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,5 @@ def test_a_process_and_its_child_each_write_their_own_cpu_at_exit(tmp_path):
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert [row["argv"] for row in rows] == [["-c"], ["-c"]]  # the child exits first
     assert rows[1]["cpu"] > rows[0]["cpu"] >= 0  # the parent's own loop, not the child's start
+    # Both inherit the test that started them (pytest's PYTEST_CURRENT_TEST), so a test's cost adds up.
+    assert all("test_a_process_and_its_child" in row["test"] for row in rows)

@@ -120,8 +120,8 @@ class Plan:
         one mapping named prompt_set). A study provisioned then is neither provisioned nor
         measured again (rerun-triggers include params), and a changed pin remakes only the
         targets made from it."""
-        if target.startswith(targets.PROMPTS):
-            name = target.removeprefix(targets.PROMPTS)
+        if target.startswith(prompt_sets.TARGET_PREFIX):
+            name = target.removeprefix(prompt_sets.TARGET_PREFIX)
             return prompt_sets.pins(self.config, name) if key == "prompt_set" else UNRECORDED
         return targets.pins(self.config, target).get(key, UNRECORDED)
 

@@ -11,7 +11,7 @@ from specsweep.errors import ConfigError, Excluded
 from specsweep.records import paths
 from specsweep.servers import backends
 from specsweep.spec import EMBEDDED, RunSpec
-from specsweep.study import targets
+from specsweep.study import prompt_sets
 from specsweep.study.grid import excluded_here
 from specsweep.study.loading import check_spec_command, model_path_problem
 from specsweep.study.prompts import read_prompts_file
@@ -50,7 +50,7 @@ def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
         read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch
     if spec.prompt_set and prompt_source is None:
         raise ConfigError(f"the spec uses prompt set {spec.prompt_set}; pass its manifest "
-                          f"({paths.manifest(targets.PROMPTS + spec.prompt_set)})")
+                          f"({paths.manifest(prompt_sets.target_name(spec.prompt_set))})")
 
 
 def check_model_path(spec: RunSpec) -> None:

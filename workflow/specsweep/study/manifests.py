@@ -16,7 +16,7 @@ from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.servers import backends
 from specsweep.spec import EMBEDDED, RunSpec
-from specsweep.study import prompt_sets, targets
+from specsweep.study import prompt_sets
 
 KINDS = ("binary", "model", "prompts")  # the path each kind of manifest holds; --<kind>-manifest hands one
 
@@ -75,8 +75,8 @@ def resolve(spec: RunSpec, handed: Handed) -> tuple[RunSpec, dict | None]:
     if spec.prompt_set and handed.prompts is None:
         prompts = prompt_sets.provision(spec.prompt_set, **spec.prompt_pins)
     elif spec.prompt_set:
-        prompts = holding(handed.prompts, "prompts", targets.PROMPTS + spec.prompt_set)
+        prompts = holding(handed.prompts, "prompts", prompt_sets.target_name(spec.prompt_set))
     if prompts is not None and prompts.get("set") != spec.prompt_set:
         raise ConfigError(f"manifest {handed.prompts} is of prompt set {prompts.get('set')!r}, the study uses "
-                          f"{spec.prompt_set!r}; pass {paths.manifest(targets.PROMPTS + spec.prompt_set)}")
+                          f"{spec.prompt_set!r}; pass {paths.manifest(prompt_sets.target_name(spec.prompt_set))}")
     return spec.resolved(binary=found.get("binary"), model_path=found.get("model")), prompts

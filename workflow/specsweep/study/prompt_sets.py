@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 TARGET_PREFIX = "prompts-"  # a prompt set's provisioning target (study/targets.py): prompts-<set>
 
 
+def target_name(name: str) -> str:
+    """The provisioning target of prompt set ``name`` (its manifest: records/paths.manifest)."""
+    return TARGET_PREFIX + name
+
+
 @dataclass(frozen=True)
 class PromptSet:
     name: str
@@ -119,7 +124,7 @@ def provision(name: str, version: str, sha256: str) -> dict:
 def artifact(name: str, version: str, sha256: str) -> Artifact:
     from specsweep.cache import Artifact, cache_dir
 
-    return Artifact(TARGET_PREFIX + name, f"{SETS[name].package}=={version}",
+    return Artifact(target_name(name), f"{SETS[name].package}=={version}",
                     cache_dir() / "prompts" / f"{name}-{version}-{sha256[:12]}", "prompts")
 
 

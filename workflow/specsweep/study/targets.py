@@ -21,8 +21,6 @@ from specsweep.servers.backends import Provision
 from specsweep.spec import EMBEDDED
 from specsweep.study import prompt_sets
 
-PROMPTS = prompt_sets.TARGET_PREFIX  # prompts-<set>: a prompt set's documents
-
 
 @dataclass(frozen=True)
 class Target:
@@ -48,7 +46,7 @@ def all_targets() -> dict[str, Target]:
                                in_plan=name in backend.embedded.values()), backend.name)
     for set_name, prompt_set in prompt_sets.SETS.items():
         keys = (f"{prompt_set.pin}_version", f"{prompt_set.pin}_sha256")
-        _add(found, Target(PROMPTS + set_name, keys, (), (),
+        _add(found, Target(prompt_sets.target_name(set_name), keys, (), (),
                            lambda request, s=set_name, k=keys: prompt_sets.provision(s, *(request.pins[x] for x in k)),
                            lambda pins, s=set_name, k=keys: prompt_sets.artifact(s, *(pins[x] for x in k))),
              "prompt sets")
@@ -99,7 +97,7 @@ def of_study(config: dict) -> dict[str, str]:
     (unless it brings a prompts file), and its backend's embedded server and model where it says so."""
     out = {}
     if not config["workload"]["prompts_file"]:
-        out["prompts"] = PROMPTS + config["workload"]["prompt_set"]
+        out["prompts"] = prompt_sets.target_name(config["workload"]["prompt_set"])
     embedded = backends.get(config["backend"]).embedded
     for kind, value in (("binary", config["server"]["binary"]), ("model", config["model"]["path"])):
         if value == EMBEDDED and kind in embedded:

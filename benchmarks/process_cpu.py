@@ -72,18 +72,23 @@ def main() -> None:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
+    counted = sum(row["cpu"] for row in rows)
+    print(f"wall {wall:.0f} s; CPU {children.ru_utime + children.ru_stime:.0f} s in all, "
+          f"{counted:.0f} s counted in {len(rows)} processes")
+    print_kinds(rows, counted)
+    print_tests(rows)
+    sys.exit(done.returncode)
+
+
+def print_kinds(rows: list[dict], counted: float) -> None:
+    """CPU per kind of process, the costliest first."""
     kinds: dict[str, list[float]] = defaultdict(list)
     for row in rows:
         kinds[kind(row["argv"])].append(row["cpu"])
-    counted = sum(sum(v) for v in kinds.values())
-    print(f"wall {wall:.0f} s; CPU {children.ru_utime + children.ru_stime:.0f} s in all, "
-          f"{counted:.0f} s counted in {len(rows)} processes")
     print(f"{'CPU-s':>8}{'share':>7}{'processes':>10}{'each':>7}  kind")
     for name, cpus in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
         total = sum(cpus)
         print(f"{total:8.1f}{total / counted:7.0%}{len(cpus):10d}{total / len(cpus):7.2f}  {name}")
-    print_tests(rows)
-    sys.exit(done.returncode)
 
 
 def print_tests(rows: list[dict], top: int = 15) -> None:

@@ -45,9 +45,13 @@ def _check_result(doc: dict) -> None:
         assert section["output_tok_s_min"] <= section["output_tok_s"] <= section["output_tok_s_max"]
         assert len(section["output_tok_s_repeats"]) == doc["spec"]["repeats"]
         assert {r["repeat"] for r in section["records"]} == set(range(doc["spec"]["repeats"]))
-    # The README's fidelity figure (benchmarks/fidelity.py: 0.02-0.08% at the median) is for 256-token
-    # outputs; on these 16-96 tokens one millisecond of scheduling weighs more: 0.5% at the median.
-    assert statistics.median(errors) < 0.005, sorted(errors)
+    # That the two rates agree to a fraction of a percent is the harness's precision, a figure of how
+    # quiet the host was (benchmarks/fidelity.py measures it: 0.02-0.08% at the median on 256 tokens;
+    # CI, on these 16-96 tokens beside other jobs, once 0.57%). What specsweep guarantees is that the
+    # client times the stream as it arrives: a client that timed from its own send would be off by a
+    # quarter or more (the time to the first token is 45-180% of the decode span here); the formula
+    # itself is pinned exactly in tests/unit/records/test_request.py.
+    assert statistics.median(errors) < 0.05, sorted(errors)
     # Every request of the launch sent a prompt the server had not seen: no cache answered it.
     sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
     assert len(sent) == len(set(sent)) == doc["prompts"]["count"] and doc["prompts"]["reused"] is False

@@ -28,13 +28,13 @@ def measure(doc: dict, folder: Path) -> Path:
 
     cfg = study.validate_study(doc)
     for spec in study.expand_grid(cfg):
-        proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
-                               "--out", str(folder / "runs" / f"{spec.name}.json"),
+        proc = subprocess.run([sys.executable, "-m", "specsweep", "launch", "--spec", spec.to_json(),
+                               "--out", str(folder / "launches" / f"{spec.name}.json"),
                                "--server-log", str(folder / f"{spec.name}.log"),
                                "--failures-dir", str(folder / "failures")], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr)
-    aggregate.write_summary(aggregate.summarize(cfg, folder / "runs", folder / "failures"), folder / "summary.csv")
+    aggregate.write_summary(aggregate.summarize(cfg, folder / "launches", folder / "failures"), folder / "summary.csv")
     return folder
 
 

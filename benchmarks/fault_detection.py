@@ -63,7 +63,7 @@ def start(study: dict, workdir: Path) -> tuple[subprocess.Popen, Path]:
     spec = expand_grid(study)[0]
     log = workdir / "cli.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json()],
+        proc = subprocess.Popen([sys.executable, "-m", "specsweep", "launch", "--spec", spec.to_json()],
                                 cwd=workdir, stderr=err, start_new_session=True)
     return proc, log
 

@@ -1,7 +1,7 @@
 """How fully a mixed tp 1/2 study packs 8 GPUs: makespan against the ideal.
 
 Real Snakemake (--cores 8 --resources gpu=8, every job declaring gpu=<tp> as the workflow's
-run_configuration rule does) schedules fixed-duration stand-in jobs; each job takes its GPUs
+launch_configuration rule does) schedules fixed-duration stand-in jobs; each job takes its GPUs
 through specsweep's own device locks (leases.acquire, simulated GPU ids 0-7), holds them for
 its duration and records when and which. Printed: the makespan from the first job's start to the
 last job's end, the ideal (total GPU-seconds / 8, or the longest job if longer), their ratio

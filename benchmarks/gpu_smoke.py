@@ -110,7 +110,7 @@ class Report:
 
 def stop_tree(proc: subprocess.Popen) -> None:
     """Every process the stage started, its servers too (they run in sessions of their own):
-    SIGTERM first, which `specsweep run` answers by tearing its server down, then SIGKILL."""
+    SIGTERM first, which `specsweep launch` answers by tearing its server down, then SIGKILL."""
     import psutil
 
     try:
@@ -295,7 +295,7 @@ def offloaded(log: Path) -> bool:
 
 def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
     """Every check, each {"check", "held": True | False | None (not applicable: --cpu), "detail"}."""
-    configurations = [configuration_facts(p) for p in sorted((study / "results/runs").glob("*/launch*.json"))]
+    configurations = [configuration_facts(p) for p in sorted((study / "results/launches").glob("*/launch*.json"))]
     sections = [s for c in configurations for s in c["sections"]]
     drafted = [s for c in configurations[1:] for s in c["sections"] if s["draft_tokens"]]
     left = llama_processes(binary)

@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("."))
     args = parser.parse_args()
     rows = []
-    for path in sorted((args.dir / "results" / "runs").glob("*.json")):
+    for path in sorted((args.dir / "results" / "launches").glob("*.json")):
         doc = json.loads(path.read_text())
         wall = job_wall(args.dir, str(path.relative_to(args.dir)))
         if wall is None:

@@ -43,7 +43,7 @@ def run_once(doc: dict, folder: Path) -> list[dict]:
 
     spec = study.expand_grid(study.validate_study(doc))[0]
     out = folder / "result.json"
-    proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "launch", "--spec", spec.to_json(), "--out", str(out),
                            "--server-log", str(folder / "server.log"), "--failures-dir", str(folder / "failures"),
                            "--quiet-host", json.dumps({"max_foreign_cores": 100, "max_repeat_spread": 100})],
                           capture_output=True, text=True, timeout=900)

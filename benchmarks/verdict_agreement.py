@@ -98,7 +98,7 @@ def agreement(folders: list[Path], *, strict: bool = False) -> tuple[int, int, l
 
 
 def launches_of(folder: Path) -> int:
-    return len(list((folder / "results" / "runs").glob("*/launch*.json")))
+    return len(list((folder / "results" / "launches").glob("*/launch*.json")))
 
 
 def noise(folder: Path) -> list[float]:

@@ -293,7 +293,7 @@ def measured(runs: Path) -> list[str]:
 
 
 def result_path(runs: Path, name: str, launch: int = 1) -> Path:
-    """Where one launch of a configuration keeps its result (records/paths.run_result)."""
+    """Where one launch of a configuration keeps its result (records/paths.launch_result)."""
     return Path(runs) / name / f"launch{launch}.json"
 
 
@@ -353,15 +353,15 @@ def start_cli(tmp_path: Path, study: dict, *extra: str) -> subprocess.Popen:
     """The CLI on the study's first configuration, with the study's quiet-host settings as the rule
     passes them (a later --quiet-host in ``extra`` wins)."""
     spec = expand_grid(study)[0]
-    cmd = [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(),
-           "--out", str(tmp_path / "runs" / f"{NAME}.json"), "--server-log", str(tmp_path / "server.log"),
+    cmd = [sys.executable, "-m", "specsweep", "launch", "--spec", spec.to_json(),
+           "--out", str(tmp_path / "launches" / f"{NAME}.json"), "--server-log", str(tmp_path / "server.log"),
            "--failures-dir", str(tmp_path / "failures"),
            "--quiet-host", json.dumps(study.get("quiet_host", {})), *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 
-def run_cli(tmp_path: Path, study: dict, *extra: str) -> tuple[int, str]:
+def launch_cli(tmp_path: Path, study: dict, *extra: str) -> tuple[int, str]:
     proc = start_cli(tmp_path, study, *extra)
     _, err = proc.communicate(timeout=120)
     return proc.returncode, err

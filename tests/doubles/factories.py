@@ -29,7 +29,7 @@ def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> 
     return out
 
 
-def result_doc(spec: study.RunSpec, *, tok_s: float = 100.0) -> dict:
+def result_doc(spec: study.LaunchSpec, *, tok_s: float = 100.0) -> dict:
     """A valid result document for a spec, every section at about tok_s."""
     sections = []
     for section in spec.sections:

@@ -28,7 +28,7 @@ def test_an_environment_variable_axis_runs_end_to_end(embedded, tmp_path):
     rc, out = finish(run_workflow(tmp_path, study))
     assert rc == 0, out
     names = ["tp1-b0-ctx64-kvf16", "tp1-b0-ctx64-kvq8_0", "tp1-b4-ctx64-kvf16", "tp1-b4-ctx64-kvq8_0"]
-    assert measured(tmp_path / "results/runs") == names
+    assert measured(tmp_path / "results/launches") == names
     for name in names:
         log = (tmp_path / "logs/server" / name / "launch1.log").read_text()
         kv = name.rsplit("-kv", 1)[1]

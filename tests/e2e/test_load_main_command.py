@@ -26,7 +26,7 @@ def test_load_levels_and_an_objective_run_end_to_end(embedded, tmp_path):
     rc, out = finish(run_workflow(tmp_path, study))
     assert rc == 0, out
     for name in ("tp1-b0-ctx64", "tp1-b4-ctx64"):
-        doc = json.loads(result_path(tmp_path / "results/runs", name).read_text())
+        doc = json.loads(result_path(tmp_path / "results/launches", name).read_text())
         assert [(s["name"], s["load"], s["concurrency"]) for s in doc["sections"]] == [("chat", "c1", 1),
                                                                                       ("chat", "c2", 2)]
         search = doc["search"]
@@ -34,7 +34,7 @@ def test_load_levels_and_an_objective_run_end_to_end(embedded, tmp_path):
         met = [s["rate"] for s in search["steps"] if s["meets"]]
         assert search["sustained_rate_rps"] == (max(met) if met else None)
         # One launch measured every level and every step.
-        log = (tmp_path / "logs/runs" / name / "launch1.log").read_text()
+        log = (tmp_path / "logs/launches" / name / "launch1.log").read_text()
         assert log.count("server pid") == 1 and log.count("search step 1:") == 2, log
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert list(summary.columns[:6]) == ["name", "tp", "budget", "context", "section", "load"]

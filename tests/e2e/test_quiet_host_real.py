@@ -35,7 +35,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
         hog.wait()
     assert rc != 0, out
     name = "tp1-b0-ctx64"
-    assert not result_path(tmp_path / "results/runs", name).exists()
+    assert not result_path(tmp_path / "results/launches", name).exists()
     record = store.latest_failure(tmp_path / "results/failures", name).to_json()
     assert record["class"] == "host-not-quiet" and record["exit_code"] == 18 and record["transient"] is True
     assert "max_foreign_cores" in record["reason"] and "python" in record["reason"]
@@ -44,7 +44,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
     # The hog is gone: the same study passes, a section the host still disturbed retried as in any study.
     rc, out = finish(run_workflow(tmp_path, quiet_study(retries=1)), timeout=600)
     assert rc == 0, out
-    doc = load(result_path(tmp_path / "results/runs", name))
+    doc = load(result_path(tmp_path / "results/launches", name))
     for section in doc["sections"]:
         assert section["quiet_host"]["contended_cores"] <= doc["quiet_host"]["max_foreign_cores"], \
             section["quiet_host"]
@@ -64,7 +64,7 @@ def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_i
         hog.kill()
         hog.wait()
     assert rc == 0, out
-    doc = load(tmp_path / "results/runs/tp1-b0-ctx64/launch1.json")
+    doc = load(tmp_path / "results/launches/tp1-b0-ctx64/launch1.json")
     limit = doc["quiet_host"]["max_foreign_cores"]
     for section in doc["sections"]:
         load_ = section["quiet_host"]

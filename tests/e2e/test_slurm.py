@@ -141,12 +141,12 @@ exec {embedded['binary']} "$@"
 
     rc, out = run_on_slurm(slurm_python, tmp_path, study)
     assert rc != 0, out
-    runs = tmp_path / "results/runs"
+    runs = tmp_path / "results/launches"
     assert measured(runs) == ["tp1-b0-ctx64", "tp1-b2-ctx64"], out
     record = store.latest_failure(tmp_path / "results/failures", "tp1-b4-ctx64").to_json()
     assert record["class"] == "server-start" and record["signature"] == "bad-arguments"
     first = {j: v for j, v in slurm_jobs().items() if j not in before}
-    configs = {re.sub(r".*wildcards_", "", c): s for c, s in first.values() if "run_configuration" in c}
+    configs = {re.sub(r".*wildcards_", "", c): s for c, s in first.values() if "launch_configuration" in c}
     # Every configuration was a SLURM job, named by its configuration ...
     # (the plugin joins the wildcards with "_": the name, then the launch)
     assert sorted(configs) == ["tp1-b0-ctx64_1", "tp1-b2-ctx64_1", "tp1-b4-ctx64_1"], first
@@ -159,9 +159,9 @@ exec {embedded['binary']} "$@"
     rc, out = run_on_slurm(slurm_python, tmp_path, study)
     assert rc == 0, out
     second = {j: v for j, v in slurm_jobs().items() if j not in before and j not in first}
-    assert [s for c, s in second.values() if "run_configuration" in c] == ["COMPLETED"], second
+    assert [s for c, s in second.values() if "launch_configuration" in c] == ["COMPLETED"], second
     # The plugin's comment carries the wildcards: the configuration's name, every axis in it, and the launch.
-    rerun = [c for c, _ in second.values() if "run_configuration" in c]
-    assert rerun == ["rule_run_configuration_wildcards_tp1-b4-ctx64_1"], rerun
+    rerun = [c for c, _ in second.values() if "launch_configuration" in c]
+    assert rerun == ["rule_launch_configuration_wildcards_tp1-b4-ctx64_1"], rerun
     assert {p: runs.joinpath(p).stat().st_mtime_ns for p in kept} == kept
     assert (tmp_path / "results/summary.png").exists()

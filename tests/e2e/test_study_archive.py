@@ -28,7 +28,7 @@ def test_no_planted_secret_is_in_any_file_the_study_wrote_or_any_line_it_printed
     """The keyed server was measured; its key, an HF token and a vLLM key in the environment were
     written nowhere: results, logs, Snakemake's own files, the report, the archive, the terminal."""
     folder = shared_study.folder
-    doc = load(folder / "results/runs/tp1-b0-ctx64/launch1.json")
+    doc = load(folder / "results/launches/tp1-b0-ctx64/launch1.json")
     assert doc["server"]["command"][-2:] == ["--api-key", "<redacted>"]
     written = [p for p in folder.rglob("*") if p.is_file()]
     assert any(p.name == "report.html" for p in written) and any(p.name == "study.tar.gz" for p in written)
@@ -58,8 +58,8 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
     folder = elsewhere / "study"
     assert "all" in run.stdout and "files match their checksums" in run.stdout
     assert filecmp.cmp(folder / "rebuilt.csv", folder / "results" / "summary.csv", shallow=False)
-    planned = set(re.findall(r"output: results/runs/(tp\S+)/launch1\.json", run.stdout))
-    archived = {p.parent.name for p in (folder / "results" / "runs").glob("*/launch1.json")}
+    planned = set(re.findall(r"output: results/launches/(tp\S+)/launch1\.json", run.stdout))
+    archived = {p.parent.name for p in (folder / "results" / "launches").glob("*/launch1.json")}
     assert planned == archived == {"tp1-b0-ctx64", "tp1-b2-ctx64"}  # the exclusion stays excluded
 
     assert {"config.yaml", "REPRODUCE.md", "SHA256SUMS", "code", "environment", "results", "logs"} <= \
@@ -73,11 +73,11 @@ def test_the_archive_verifies_rebuilds_and_replans_elsewhere_as_the_readme_says(
                            text=True)
     assert again.returncode == 0, again.stderr
     assert re.search(r"not checked, added after packing .*code/\.snakemake/.*rebuilt\.csv", again.stdout), again.stdout
-    victim = folder / "results" / "runs" / "tp1-b2-ctx64" / "launch1.json"
+    victim = folder / "results" / "launches" / "tp1-b2-ctx64" / "launch1.json"
     victim.write_text(victim.read_text().replace('"output_tok_s"', '"output_tok_s" ', 1))
     bad = subprocess.run([sys.executable, "-m", "specsweep", "verify", "."], cwd=folder, capture_output=True,
                          text=True)
-    assert bad.returncode == 25 and "results/runs/tp1-b2-ctx64/launch1.json: content differs" in bad.stderr
+    assert bad.returncode == 25 and "results/launches/tp1-b2-ctx64/launch1.json: content differs" in bad.stderr
 
 
 # --- the report, read in a real headless browser ---------------------------------------------------

@@ -50,7 +50,7 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
     assert set(summary["status"]) == {"ok"} and set(summary["name"]) == {"tp1-b0-ctx128", "tp1-b4-ctx128"}
     assert (tmp_path / "results" / "summary.png").stat().st_size > 10_000
     for name in ("tp1-b0-ctx128", "tp1-b4-ctx128"):
-        doc = load(tmp_path / "results" / "runs" / name / "launch1.json")
+        doc = load(tmp_path / "results" / "launches" / name / "launch1.json")
         assert doc["server"]["backend"] == "vllm" and doc["server"]["version"] == "0.32.0"
         assert doc["model"]["files"] >= 3 and len(doc["model"]["sha256"]) == 64
         assert doc["hardware"]["cpu_model"] and doc["hardware"]["gpu_count"] == 0
@@ -99,7 +99,7 @@ def test_a_sigkilled_vllm_leaves_no_engine_process_and_no_shared_memory(tmp_path
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc))
     shm_before = shm_files()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specsweep", "run", "--config", str(tmp_path / "study.yaml"), "--name",
+        [sys.executable, "-m", "specsweep", "launch", "--config", str(tmp_path / "study.yaml"), "--name",
          "tp1-b4-ctx128", "--out", str(tmp_path / "out.json"), "--server-log", str(tmp_path / "server.log"),
          "--failures-dir", str(tmp_path / "failures")],
         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -65,10 +65,10 @@ def _check_result(doc: dict) -> None:
 def test_the_shared_study_measured_each_configuration_end_to_end(shared_study):
     """The suite's shared real sweep (conftest.shared_study): budgets 0 and 2 measured, 4 excluded."""
     folder = shared_study.folder
-    runs = measured(folder / "results/runs")
+    runs = measured(folder / "results/launches")
     assert runs == ["tp1-b0-ctx64", "tp1-b2-ctx64"]
     for name in runs:
-        _check_result(load(result_path(folder / "results/runs", name)))
+        _check_result(load(result_path(folder / "results/launches", name)))
     summary = pd.read_csv(folder / "results/summary.csv")
     assert len(summary) == 3 * 3 and set(summary["status"]) == {"ok", "excluded"}
     ok = summary[summary["status"] == "ok"]
@@ -104,13 +104,13 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
                                                   {"name": "long", "output_tokens": 8, "requests": 1}])
     victim = "tp1-b4-ctx64"
     proc = run_workflow(tmp_path, study)
-    pid = _wait_for_section(tmp_path / f"logs/runs/{victim}/launch1.log", "medium")
+    pid = _wait_for_section(tmp_path / f"logs/launches/{victim}/launch1.log", "medium")
     time.sleep(0.3)  # well inside the section's first request
     os.kill(pid, signal.SIGKILL)
     rc, out = finish(proc)
 
     assert rc != 0, out
-    runs = tmp_path / "results/runs"
+    runs = tmp_path / "results/launches"
     assert not result_path(runs, victim).exists()
     assert measured(runs) == ["tp1-b0-ctx64", "tp1-b8-ctx64"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -130,7 +130,7 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*/launch*.json")}
     rc, out = finish(run_workflow(tmp_path, study))
     assert rc == 0, out
-    assert re.search(r"run_configuration\s+1\b", out), out  # exactly one benchmark job reran
+    assert re.search(r"launch_configuration\s+1\b", out), out  # exactly one benchmark job reran
     for path, (data, mtime) in before.items():
         assert path.read_bytes() == data and path.stat().st_mtime_ns == mtime
     assert result_path(runs, victim).exists()

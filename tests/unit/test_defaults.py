@@ -23,7 +23,7 @@ def own_defaults(cls) -> dict:
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
 
 
-@pytest.mark.parametrize("cls", [spec.RunSpec, spec.Objective, quiet_host.Settings, plot.Facets])
+@pytest.mark.parametrize("cls", [spec.LaunchSpec, spec.Objective, quiet_host.Settings, plot.Facets])
 def test_a_dataclass_made_from_a_study_has_no_defaults_of_its_own(cls):
     assert own_defaults(cls) == {}
 
@@ -45,7 +45,7 @@ def test_a_function_given_a_study_setting_has_no_default_for_it(function, settin
 
 def test_a_spec_written_before_a_field_is_read_as_what_it_measured_not_as_the_schemas_default():
     assert spec.WRITTEN_BEFORE["repeats"] == 1 != loading.defaults("workload")["repeats"]
-    doc = spec.RunSpec.from_dict(json_of_a_spec())
+    doc = spec.LaunchSpec.from_dict(json_of_a_spec())
     assert doc.repeats == 1 and doc.launch == 1 and doc.preflight == "record"
 
 

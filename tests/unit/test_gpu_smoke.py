@@ -29,7 +29,7 @@ def test_the_stages_fit_one_device_call():
 
 
 def _study(tmp_path, *, telemetry: list, log: str, unchecked=()):
-    launch = tmp_path / "results" / "runs" / "tp1-b4-ctx128" / "launch1.json"
+    launch = tmp_path / "results" / "launches" / "tp1-b4-ctx128" / "launch1.json"
     launch.parent.mkdir(parents=True)
     section = {"name": "short", "output_tokens": 64, "output_tok_s": 900.0, "acceptance_length": 2.0,
                "counters": {"llamacpp:tokens_predicted_total": 64}, "draft_tokens": 30, "draft_accepted": 20,

@@ -32,7 +32,7 @@ def test_a_backend_outside_the_package_is_planned_provisioned_and_measured(tmp_p
     assert rc == 0, plan[-3000:]
     assert sorted(re.findall(r"wildcards: target=(\S+)", plan)) == ["prompts-sharegpt", "toy-python", "toy-weights"]
     assert "provision toy-weights --pins '{}' --needs results/provision/toy-python.json" in plan
-    assert re.search(r"run_configuration\s+2\b", plan)
+    assert re.search(r"launch_configuration\s+2\b", plan)
     assert not (tmp_path / "results").exists()  # planning wrote nothing
 
     rc, out = finish(run_workflow(tmp_path, toy_study(), "results/summary.csv", env=PLUGIN_ENV), timeout=600)
@@ -40,7 +40,7 @@ def test_a_backend_outside_the_package_is_planned_provisioned_and_measured(tmp_p
     weights = json.loads((tmp_path / "results/provision/toy-weights.json").read_text())
     assert weights["made_with"] == json.loads((tmp_path / "results/provision/toy-python.json").read_text())["binary"]
     for name in ("tp1-b0-ctx16", "tp1-b2-ctx16"):
-        result = json.loads((tmp_path / f"results/runs/{name}/launch1.json").read_text())
+        result = json.loads((tmp_path / f"results/launches/{name}/launch1.json").read_text())
         assert result["spec"]["backend"] == "toy-server"
         assert result["spec"]["model_path"] == weights["model"]  # the provisioned model, resolved
 

@@ -11,7 +11,7 @@ from conftest import REPO
 def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path):
     (tmp_path / "server.json").write_text("[1, 2]")
     (tmp_path / "model.json").write_text('{"model": "/m.gguf"}')
-    proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", "config/config.yaml",
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "launch", "--config", "config/config.yaml",
                            "--name", "tp1-b0-ctx128", "--binary-manifest", str(tmp_path / "server.json"),
                            "--model-manifest", str(tmp_path / "model.json")],
                           capture_output=True, text=True, timeout=60, cwd=REPO)

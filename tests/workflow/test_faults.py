@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAULT_SERVER, NAME, fault_study, run_cli, start_cli
+from conftest import FAULT_SERVER, NAME, fault_study, launch_cli, start_cli
 from specsweep.errors import InvalidResponse
 from specsweep.records import store
 from specsweep.servers.probes import free_port
@@ -30,7 +30,7 @@ def server_pid(stderr: str) -> int | None:
 
 def assert_clean_failure(tmp_path: Path, rc: int, err: str, *, code: int, cls: str, section=None, words=()):
     assert rc == code, err
-    runs = tmp_path / "runs"
+    runs = tmp_path / "launches"
     assert not runs.exists() or not list(runs.iterdir())  # no result, no temp file
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record is not None, err
@@ -93,7 +93,7 @@ CASES = [
 
 @pytest.mark.parametrize("fault, server, code, cls, section, words", CASES, ids=[c[0] for c in CASES])
 def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, server, code, cls, section, words):
-    rc, err = run_cli(tmp_path, fault_study(model, fault, **server))
+    rc, err = launch_cli(tmp_path, fault_study(model, fault, **server))
     record = assert_clean_failure(tmp_path, rc, err, code=code, cls=cls, section=section, words=words)
     assert f"FAILED [{cls}]" in err
     signature = {"signature-at-startup": "cuda-illegal-instruction", "crash-at-request": "cuda-illegal-instruction",
@@ -116,15 +116,15 @@ GRACEFUL = {"never-ready", "stop-at-startup", "metrics-gone-after-request", "sho
 
 
 def test_healthy_fault_server_gives_a_valid_result(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model))
+    rc, err = launch_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert [s["output_tokens"] for s in doc["sections"]] == [16, 16, 8]
     assert not (tmp_path / "failures").exists()
 
 
 def test_child_that_leaves_the_process_group_is_killed_too(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model, "escaping-child"))
+    rc, err = launch_cli(tmp_path, fault_study(model, "escaping-child"))
     assert rc == 0, err
     child = int(re.search(r"escaping child pid (\d+)", (tmp_path / "server.log").read_text()).group(1))
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
@@ -137,7 +137,7 @@ def stubborn(study: dict) -> dict:
 
 
 def test_a_server_and_child_that_ignore_sigterm_are_killed(tmp_path, model):
-    rc, err = run_cli(tmp_path, stubborn(fault_study(model, "escaping-child")))
+    rc, err = launch_cli(tmp_path, stubborn(fault_study(model, "escaping-child")))
     assert rc == 0, err
     log = (tmp_path / "server.log").read_text()
     child = int(re.search(r"escaping child pid (\d+)", log).group(1))
@@ -171,16 +171,16 @@ def test_a_server_with_an_api_key_is_asked_with_it_on_every_route(tmp_path, mode
     monkeypatch.setenv("SPECSWEEP_TEST_KEY", "sk-test-123")
     study = fault_study(model, api_key_env="SPECSWEEP_TEST_KEY")
     study["server"]["command"] += ["--api-key", "{api_key}"]
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert [s["counters"]["llamacpp:tokens_predicted_total"] for s in doc["sections"]] == [16, 16, 8]
 
 
 def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model, "no-metrics"))
+    rc, err = launch_cli(tmp_path, fault_study(model, "no-metrics"))
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert all(s["counters"] == {} for s in doc["sections"])
 
 
@@ -188,7 +188,7 @@ def test_without_a_metrics_route_the_run_is_measured_without_counters(tmp_path, 
 # server leaves before this test's own teardown can (two jobs side by side share that folder).
 @pytest.mark.alone
 def test_shared_memory_a_server_leaves_is_removed_and_named(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model, "leave-shm"))
+    rc, err = launch_cli(tmp_path, fault_study(model, "leave-shm"))
     assert rc == 0, err
     log = (tmp_path / "server.log").read_text()
     left = re.search(r"fault-server: left (\S+)", log).group(1)
@@ -198,7 +198,7 @@ def test_shared_memory_a_server_leaves_is_removed_and_named(tmp_path, model):
 
 def test_a_server_that_stops_itself_is_resumed_to_shut_down(tmp_path, model):
     # SIGSTOP after the short section: the health probe times out while the process exists.
-    rc, err = run_cli(tmp_path, fault_study(model, "stop-after-request:3"))
+    rc, err = launch_cli(tmp_path, fault_study(model, "stop-after-request:3"))
     assert_clean_failure(tmp_path, rc, err, code=12, cls="server-died", section="short",
                                   words=["server unhealthy after section short: health check failed"])
     # Stopped, it could not act on SIGTERM: teardown resumed it (SIGCONT), so it shut down itself.
@@ -230,9 +230,9 @@ def test_a_server_that_listens_from_a_child_of_the_launched_process_is_ours(tmp_
     study = fault_study(model)
     wrapper = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
     study["server"]["command"] = ["{binary}", "-c", wrapper, *study["server"]["command"]]
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 0, err
-    assert store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()["sections"]
+    assert store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()["sections"]
 
 
 def test_port_already_served_is_never_benchmarked(tmp_path, model):
@@ -240,7 +240,7 @@ def test_port_already_served_is_never_benchmarked(tmp_path, model):
         stranger.bind(("127.0.0.1", 0))
         stranger.listen()
         port = stranger.getsockname()[1]
-        rc, err = run_cli(tmp_path, fault_study(model), "--port", str(port))
+        rc, err = launch_cli(tmp_path, fault_study(model), "--port", str(port))
     assert_clean_failure(tmp_path, rc, err, code=15, cls="port-conflict", words=[str(port)])
     assert server_pid(err) is None  # refused before any launch
 
@@ -249,7 +249,7 @@ def test_context_that_cannot_fit_fails_before_any_server_starts(tmp_path, model)
     study = fault_study(model)
     spec = json.loads(expand_grid(study)[0].to_json())
     spec["context"] = 8190
-    proc = subprocess.run([sys.executable, "-m", "specsweep", "run", "--spec", json.dumps(spec),
+    proc = subprocess.run([sys.executable, "-m", "specsweep", "launch", "--spec", json.dumps(spec),
                            "--failures-dir", str(tmp_path / "failures")], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "8190" in proc.stderr and "8192" in proc.stderr
@@ -257,10 +257,10 @@ def test_context_that_cannot_fit_fails_before_any_server_starts(tmp_path, model)
 
 
 def test_unwritable_result_leaves_no_partial_file(tmp_path, model):
-    (tmp_path / "runs").write_text("a file where the results folder should be")
-    rc, err = run_cli(tmp_path, fault_study(model))
+    (tmp_path / "launches").write_text("a file where the results folder should be")
+    rc, err = launch_cli(tmp_path, fault_study(model))
     assert rc == 16, err
-    assert (tmp_path / "runs").read_text() == "a file where the results folder should be"
+    assert (tmp_path / "launches").read_text() == "a file where the results folder should be"
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "result-write"
     pid = server_pid(err)
@@ -273,9 +273,9 @@ def test_interrupt_mid_section_tears_the_server_down(tmp_path, model, sig, code)
     log = tmp_path / "cli.log"
     with open(log, "w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "specsweep", "run", "--spec", spec.to_json(), "--server-log",
+            [sys.executable, "-m", "specsweep", "launch", "--spec", spec.to_json(), "--server-log",
              str(tmp_path / "server.log"), "--failures-dir", str(tmp_path / "failures"),
-             "--out", str(tmp_path / "runs" / f"{NAME}.json")],
+             "--out", str(tmp_path / "launches" / f"{NAME}.json")],
             cwd=tmp_path, stderr=err_file, start_new_session=True)
         deadline = time.monotonic() + 60
         while "section short: start" not in log.read_text() and time.monotonic() < deadline:
@@ -288,10 +288,10 @@ def test_interrupt_mid_section_tears_the_server_down(tmp_path, model, sig, code)
 
 def test_a_retry_of_a_deterministic_failure_does_not_relaunch(tmp_path, model):
     study = fault_study(model, "short-at-request:2")
-    rc, _ = run_cli(tmp_path, study)
+    rc, _ = launch_cli(tmp_path, study)
     assert rc == 14
     log_size = (tmp_path / "server.log").stat().st_size
-    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    rc, err = launch_cli(tmp_path, study, "--attempt", "2")
     assert rc == 14 and "not retried" in err
     assert (tmp_path / "server.log").stat().st_size == log_size  # no new launch
     assert len(list((tmp_path / "failures" / NAME).glob("*.json"))) == 1
@@ -306,22 +306,22 @@ def test_a_retry_after_a_record_that_does_not_say_transient_runs(tmp_path, model
     doc = record.to_json()
     del doc["transient"]
     store.write_json_atomic(tmp_path / "failures" / NAME / "2026-01-01T000000.000Z-attempt1.json", doc)
-    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    rc, err = launch_cli(tmp_path, study, "--attempt", "2")
     assert rc == 0 and "not retried" not in err, err
 
 
 def test_a_retry_after_the_spec_changed_runs(tmp_path, model):
-    assert run_cli(tmp_path, fault_study(model, "short-at-request:2"))[0] == 14
+    assert launch_cli(tmp_path, fault_study(model, "short-at-request:2"))[0] == 14
     # The user fixed the configuration (here: the server's command): the retry must measure it.
-    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2")
+    rc, err = launch_cli(tmp_path, fault_study(model), "--attempt", "2")
     assert rc == 0, err
-    assert "not retried" not in err and (tmp_path / "runs" / f"{NAME}.json").exists()
+    assert "not retried" not in err and (tmp_path / "launches" / f"{NAME}.json").exists()
 
 
 def test_a_retry_of_a_transient_failure_runs_again(tmp_path, model):
     study = fault_study(model, "die-at-request:2")
-    assert run_cli(tmp_path, study)[0] == 12
-    rc, err = run_cli(tmp_path, study, "--attempt", "2")
+    assert launch_cli(tmp_path, study)[0] == 12
+    rc, err = launch_cli(tmp_path, study, "--attempt", "2")
     assert rc == 12 and "not retried" not in err
     records = sorted((tmp_path / "failures" / NAME).glob("*.json"))
     assert [json.loads(p.read_text())["attempt"] for p in records] == [1, 2]
@@ -334,10 +334,10 @@ def test_a_bug_still_leaves_a_record_and_a_nonzero_exit(tmp_path, model, monkeyp
     def broken(*args, **kwargs):
         raise KeyError("some_field")
 
-    monkeypatch.setattr(runner, "run_configuration", broken)
+    monkeypatch.setattr(runner, "launch_configuration", broken)
     spec = expand_grid(fault_study(model))[0]
-    rc = cli.main(["run", "--spec", spec.to_json(), "--failures-dir", str(tmp_path / "failures"),
-                   "--out", str(tmp_path / "runs" / f"{NAME}.json")])
+    rc = cli.main(["launch", "--spec", spec.to_json(), "--failures-dir", str(tmp_path / "failures"),
+                   "--out", str(tmp_path / "launches" / f"{NAME}.json")])
     assert rc == 1
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "internal" and "KeyError" in record["reason"]
@@ -390,9 +390,10 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_wi
     monkeypatch.setattr(runner, "check_schedule", check_schedule)
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     study = fault_study(model)
-    out = tmp_path / "runs" / f"{NAME}.json"
+    out = tmp_path / "launches" / f"{NAME}.json"
     try:
-        rc = cli.main(["run", "--spec", expand_grid(study)[0].to_json(), "--failures-dir", str(tmp_path / "failures"),
+        rc = cli.main(["launch", "--spec", expand_grid(study)[0].to_json(),
+                       "--failures-dir", str(tmp_path / "failures"),
                        "--server-log", str(tmp_path / "server.log"), "--out", str(out),
                        "--quiet-host", json.dumps(study["quiet_host"])])
     finally:  # this worker goes on: its handlers and the kept signal as they were

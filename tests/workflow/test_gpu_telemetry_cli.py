@@ -5,16 +5,16 @@ The choice of GPUs and the telemetry's arithmetic: tests/unit/measure/test_gpu_t
 
 from __future__ import annotations
 
-from conftest import NAME, fault_study, load, run_cli
+from conftest import NAME, fault_study, launch_cli, load
 from gpu_box import HW_THERMAL, SW_POWER_CAP, box, h100
 from specsweep.records import store
 
 
 def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_path, model):
     nvml(box(reasons=SW_POWER_CAP, power_mw=700_000))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    rc, err = launch_cli(tmp_path, fault_study(model, gpu=True))
     assert rc == 0, err
-    doc = load(tmp_path / "runs" / f"{NAME}.json")
+    doc = load(tmp_path / "launches" / f"{NAME}.json")
     assert doc["hardware"]["gpus"][0]["uuid"] == h100(0)["uuid"] and doc["hardware"]["gpu_link"] is None
     for section in doc["sections"]:
         [gpu] = section["quiet_host"]["gpu_telemetry"]
@@ -24,9 +24,9 @@ def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_pa
 
 def test_through_the_cli_a_hot_gpu_fails_the_configuration_as_gpu_throttled(nvml, tmp_path, model):
     nvml(box(reasons=HW_THERMAL, sm_clock_mhz=1100, temperature_c=91))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    rc, err = launch_cli(tmp_path, fault_study(model, gpu=True))
     assert rc == 28, err
-    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
+    assert not (tmp_path / "launches" / f"{NAME}.json").exists()
     record = store.latest_failure(tmp_path / "failures", NAME)
     assert record.failure_class == "gpu-throttled" and record.section == "short" and record.transient
     assert "GPU 0 ran slowed (hw_thermal) in 100% of" in record.reason and "up to 91 C" in record.reason
@@ -37,12 +37,12 @@ def test_the_configuration_page_shows_each_gpus_readings_per_section(nvml, tmp_p
     from specsweep.records.result import Result
 
     nvml(box(reasons=SW_POWER_CAP, temperature_c=77))
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    rc, err = launch_cli(tmp_path, fault_study(model, gpu=True))
     assert rc == 0, err
-    page = report._gpu_readings(Result.from_json(load(tmp_path / "runs" / f"{NAME}.json")))
+    page = report._gpu_readings(Result.from_json(load(tmp_path / "launches" / f"{NAME}.json")))
     assert "GPUs per section (NVML, every 0.2 s)" in page and page.count("<td>sw_power_cap</td>") == 3
     assert "<td>77</td>" in page and "<td>100%</td>" in page
-    cpu = load(tmp_path / "runs" / f"{NAME}.json")
+    cpu = load(tmp_path / "launches" / f"{NAME}.json")
     for section in cpu["sections"]:
         section["quiet_host"]["gpu_telemetry"] = []  # what a CPU host or simulated GPUs record
     assert report._gpu_readings(Result.from_json(cpu)) == ""

@@ -36,7 +36,7 @@ def study(tmp_path: Path, *, budgets=(0, 4), speeds="0:1,4:2", noise=0.0, launch
 
 
 def launch_files(workdir: Path) -> dict[str, Path]:
-    return {f"{p.parent.name}/{p.stem}": p for p in sorted((workdir / "results/runs").glob("*/launch*.json"))}
+    return {f"{p.parent.name}/{p.stem}": p for p in sorted((workdir / "results/launches").glob("*/launch*.json"))}
 
 
 def started(path: Path) -> str:
@@ -83,7 +83,7 @@ def test_a_launch_that_dies_is_rerun_alone_and_its_siblings_are_kept(tmp_path):
     assert set(files) == {"tp1-b0-ctx16/launch1", "tp1-b4-ctx16/launch1", "tp1-b0-ctx16/launch2"}
     partial = pd.read_csv(tmp_path / "results/partial/summary.csv")
     assert dict(zip(partial["name"], partial["status"])) == {"tp1-b0-ctx16": "ok", "tp1-b4-ctx16": "failed"}
-    assert "launch 2" in (tmp_path / "logs/runs/tp1-b4-ctx16/launch2.log").read_text()
+    assert "launch 2" in (tmp_path / "logs/launches/tp1-b4-ctx16/launch2.log").read_text()
     kept = {key: (p.read_bytes(), p.stat().st_mtime_ns) for key, p in files.items()}
 
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)  # the same command again
@@ -130,7 +130,7 @@ def test_racing_adds_launches_only_where_undecided_and_never_redoes_one(tmp_path
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0 and "Nothing to be done" in out, out
     for made in ("results/race/round2.json", "results/summary.csv", "results/summary.png",
-                 "results/runs/tp1-b4-ctx16/launch3.json"):
+                 "results/launches/tp1-b4-ctx16/launch3.json"):
         (tmp_path / made).unlink()
     kept = {key: p.stat().st_mtime_ns for key, p in launch_files(tmp_path).items()}
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)

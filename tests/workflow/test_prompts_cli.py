@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import NAME, fault_study, load, run_cli
+from conftest import NAME, fault_study, launch_cli, load
 from specsweep import study
 from specsweep.records import store
 from specsweep.records.result import Result
@@ -32,9 +32,9 @@ def _acceptance_by_repeat(doc: dict) -> dict[tuple[str, int], float]:
 
 
 def test_a_server_that_remembers_sees_no_prompt_twice(tmp_path, model):
-    rc, err = run_cli(tmp_path, remembering_study(model), "--quiet-host", RELAXED_SPREAD)
+    rc, err = launch_cli(tmp_path, remembering_study(model), "--quiet-host", RELAXED_SPREAD)
     assert rc == 0, err
-    doc = load(tmp_path / "runs" / f"{NAME}.json")
+    doc = load(tmp_path / "launches" / f"{NAME}.json")
     acceptance = _acceptance_by_repeat(doc)
     assert len(set(acceptance.values())) == 1, acceptance  # repeat 1 drafts no better than repeat 0
     sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
@@ -46,9 +46,9 @@ def test_reusing_prompts_on_purpose_shows_the_cache_and_says_so(tmp_path, model)
     """The control: with reuse_prompts the same stand-in's acceptance rises in repeat 1, so the test
     above would go red the day a prompt is re-sent."""
     # The remembered repeats run faster on purpose, too: the spread check would fail them for it.
-    rc, err = run_cli(tmp_path, remembering_study(model, reuse_prompts=True), "--quiet-host", RELAXED_SPREAD)
+    rc, err = launch_cli(tmp_path, remembering_study(model, reuse_prompts=True), "--quiet-host", RELAXED_SPREAD)
     assert rc == 0, err
-    doc = load(tmp_path / "runs" / f"{NAME}.json")
+    doc = load(tmp_path / "launches" / f"{NAME}.json")
     acceptance = _acceptance_by_repeat(doc)
     first = acceptance.pop(("short", 0))  # the only pass on prompts the server had not answered yet
     assert all(later > first for later in acceptance.values()), (first, acceptance)
@@ -61,9 +61,9 @@ def test_every_configuration_gets_the_same_prompts_in_the_same_order(tmp_path, m
         cfg = study.validate_study({**cfg, "grid": {**cfg["grid"], "budget": [budget]}})
         assert study.expand_grid(cfg)[0].prompts_needed == 11
         (tmp_path / f"b{budget}").mkdir()
-        rc, err = run_cli(tmp_path / f"b{budget}", cfg)
+        rc, err = launch_cli(tmp_path / f"b{budget}", cfg)
         assert rc == 0, err
-    a, b = (load(next((tmp_path / f"b{x}" / "runs").glob("*.json"))) for x in (0, 4))
+    a, b = (load(next((tmp_path / f"b{x}" / "launches").glob("*.json"))) for x in (0, 4))
     assert a["prompts"]["sha256"] == b["prompts"]["sha256"]
     assert [r["prompt_sha256"] for s in a["sections"] for r in s["records"]] == \
         [r["prompt_sha256"] for s in b["sections"] for r in s["records"]]
@@ -71,8 +71,8 @@ def test_every_configuration_gets_the_same_prompts_in_the_same_order(tmp_path, m
 
 def test_results_of_the_gate_keep_their_records(tmp_path, model):
     """The records say which prompt each request sent, so the check can be redone from the file."""
-    rc, err = run_cli(tmp_path, fault_study(model))
+    rc, err = launch_cli(tmp_path, fault_study(model))
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert all(len(r["prompt_sha256"]) == 64 for s in doc["sections"] for r in s["records"])
 

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from conftest import NAME, SHARED_GUARD, fault_study, run_cli
+from conftest import NAME, SHARED_GUARD, fault_study, launch_cli
 from specsweep.measure import quiet_host
 from specsweep.records import store
 
 
 def test_specsweeps_own_snakemake_and_queued_jobs_are_not_foreign():
-    # A job queued for devices is `python -m specsweep run ...`; this one only looks like one.
-    queued = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "specsweep", "run"])
+    # A job queued for devices is `python -m specsweep launch ...`; this one only looks like one.
+    queued = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m", "specsweep", "launch"])
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "specsweep"])
     try:
         time.sleep(0.3)
@@ -40,16 +40,16 @@ def test_a_retry_after_a_host_not_quiet_failure_waits_before_it_launches(tmp_pat
     (folder / "2026-01-01T000000.000Z-attempt1.json").write_text(json.dumps(old))
     t0 = time.monotonic()
     pause = json.dumps({**SHARED_GUARD, "retry_pause_s": 1.5})
-    rc, err = run_cli(tmp_path, fault_study(model), "--attempt", "2", "--quiet-host", pause)
+    rc, err = launch_cli(tmp_path, fault_study(model), "--attempt", "2", "--quiet-host", pause)
     assert rc == 0, err
     assert "found the host busy: waiting 1.5 s" in err and time.monotonic() - t0 >= 1.5
 
 
 @pytest.mark.alone  # the schema's guard, judging this host: nothing of the suite may run beside it
 def test_result_records_the_quiet_host_figures(tmp_path, model):
-    rc, err = run_cli(tmp_path, fault_study(model, token_delay=0.01, guard={}))
+    rc, err = launch_cli(tmp_path, fault_study(model, token_delay=0.01, guard={}))
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert doc["lease"]["devices"] == ["host"] and doc["quiet_host"]["max_foreign_cores"] == 0.25
     for section in doc["sections"]:
         load = section["quiet_host"]

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def measured(workdir: Path, doc: dict) -> tuple[str, dict[str, tuple[bytes, int]
     """Run the main command; return its output and each result's bytes and mtime."""
     rc, out = finish(run_workflow(workdir, doc), timeout=300)
     assert rc == 0, out[-4000:]
-    runs = workdir / "results/runs"
+    runs = workdir / "results/launches"
     return out, {p.parent.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in runs.glob("*/launch1.json")}
 
 
@@ -50,7 +51,7 @@ def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp
     _, first = measured(tmp_path, doc)
     figure = tmp_path / "results/summary.png"
     before = figure.stat().st_mtime_ns
-    victim = tmp_path / "results/runs" / B2 / "launch1.json"
+    victim = tmp_path / "results/launches" / B2 / "launch1.json"
     victim.write_text(victim.read_text()[:200])  # cut short, as an interrupted copy or an editor leaves it
 
     out, second = measured(tmp_path, doc)
@@ -70,18 +71,18 @@ def test_a_result_of_another_study_is_measured_again_and_a_hand_run_of_it_is_ref
     # A hand run of another study, into this study's folder: refused before any server starts.
     other = study(tmp_path / "other", "other")
     (tmp_path / "other.yaml").write_text(json.dumps(other))
-    by_hand = [sys.executable, "-m", "specsweep", "run", "--config", str(tmp_path / "other.yaml"), "--name", B2]
+    by_hand = [sys.executable, "-m", "specsweep", "launch", "--config", str(tmp_path / "other.yaml"), "--name", B2]
     proc = subprocess.run(by_hand, cwd=tmp_path / "mine", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert "results/runs holds results of study 'mine'" in proc.stderr and "of study 'other'" in proc.stderr
-    assert (tmp_path / "mine/results/runs" / B2 / "launch1.json").read_bytes() == first[B2][0]
+    assert "results/launches holds results of study 'mine'" in proc.stderr and "of study 'other'" in proc.stderr
+    assert (tmp_path / "mine/results/launches" / B2 / "launch1.json").read_bytes() == first[B2][0]
 
     # Made elsewhere and copied in (what a hand run did before it was refused): the next main
     # command refuses it and measures this study's configuration again.
     proc = subprocess.run(by_hand, cwd=tmp_path / "other", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    foreign = (tmp_path / "other/results/runs" / B2 / "launch1.json").read_bytes()
-    (tmp_path / "mine/results/runs" / B2 / "launch1.json").write_bytes(foreign)
+    foreign = (tmp_path / "other/results/launches" / B2 / "launch1.json").read_bytes()
+    (tmp_path / "mine/results/launches" / B2 / "launch1.json").write_bytes(foreign)
     out, second = measured(tmp_path / "mine", doc)
     assert "measured for study 'other', not this study 'mine'" in out
     assert second[B0] == first[B0]
@@ -94,8 +95,9 @@ def test_damage_in_place_cannot_reach_the_history_copy(tmp_path):
     kept = list((tmp_path / "results/history" / B2).glob("*.json"))
     assert len(kept) == 1 and kept[0].read_bytes() == first[B2][0]
     assert not kept[0].stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)  # read-only
-    assert kept[0].stat().st_ino != (tmp_path / "results/runs" / B2 / "launch1.json").stat().st_ino  # a copy, no link
-    os.truncate(tmp_path / "results/runs" / B2 / "launch1.json", 100)  # in place, as a tool that rewrites a file does
+    victim = tmp_path / "results/launches" / B2 / "launch1.json"
+    assert kept[0].stat().st_ino != victim.stat().st_ino  # a copy, no link
+    os.truncate(victim, 100)  # in place, as a tool that rewrites a file does
 
     _, second = measured(tmp_path, doc)
     assert kept[0].read_bytes() == first[B2][0]
@@ -117,12 +119,12 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
                                 "exclude": [{"budget": 0, "reason": "left out"}]})
     _, b2, b4 = study.expand_grid(cfg)  # the excluded one first, without a result
-    runs = tmp_path / "results/runs"
+    runs = tmp_path / "results/launches"
     for spec in (b2, b4):
-        store.write_json_atomic(runs / f"{spec.name}.json", result_doc(spec))
+        store.write_json_atomic(runs / spec.name / "launch1.json", result_doc(spec))
     for name in ("summary.csv", "summary.png"):
         (tmp_path / "results" / name).write_text("made after the results")
-    future = os.stat(runs / f"{b4.name}.json").st_mtime + 10
+    future = os.stat(runs / b4.name / "launch1.json").st_mtime + 10
     os.utime(tmp_path / "results/summary.csv", (future, future))
 
     def unread(path):
@@ -132,15 +134,15 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     assert not ledger.plan_set_aside(cfg, tmp_path)
 
     monkeypatch.undo()
-    (runs / f"{b2.name}.json").unlink()  # removed by hand
-    (runs / f"{b4.name}.json").write_text("{")  # damaged after the summary
-    os.utime(runs / f"{b4.name}.json", (future + 5, future + 5))
+    (runs / b2.name / "launch1.json").unlink()  # removed by hand
+    (runs / b4.name / "launch1.json").write_text("{")  # damaged after the summary
+    os.utime(runs / b4.name / "launch1.json", (future + 5, future + 5))
     before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
     plan = ledger.plan_set_aside(cfg, tmp_path)
     assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before  # planning only read
     assert [(r.name, r.launch) for r in plan.refused] == [(b4.name, 1)] and plan.missing == (b2.name,)
     lines = plan.lines()
-    assert len(lines) == 2 and f"{b4.name}.json: " in lines[0] and "unreadable" in lines[0], lines
+    assert len(lines) == 2 and f"{b4.name}/launch1.json: " in lines[0] and "unreadable" in lines[0], lines
     assert f"({b2.name}): measured again, then the summary is made anew" in lines[1], lines
     assert ledger.plan_set_aside(cfg, tmp_path).digest() == plan.digest()  # the same state, the same marker
 
@@ -170,10 +172,10 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
     doc["grid"]["budget"] = [0, 2, 4]
     workdir = tmp_path / "study"
     _, first = measured(workdir, doc)
-    (workdir / "results/runs" / B2 / "launch1.json").write_text("{")  # damaged
+    (workdir / "results/launches" / B2 / "launch1.json").write_text("{")  # damaged
     foreign = json.loads(first[B4][0])
     foreign["spec"]["study"] = "other"
-    (workdir / "results/runs" / B4 / "launch1.json").write_text(json.dumps(foreign))  # another study's
+    (workdir / "results/launches" / B4 / "launch1.json").write_text(json.dumps(foreign))  # another study's
     doc["grid"]["budget"] = [0, 2, 4, 6]  # a new budget
 
     before = folder_state(workdir)
@@ -185,10 +187,10 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
         assert rc == 0 or (mode[0] == "--lint" and "Lints for rule" in outputs[mode[0]]), outputs[mode[0]][-3000:]
         assert folder_state(workdir) == before, f"snakemake {mode[0]} changed the study folder"
     plan = outputs["-n"]
-    assert f"results/runs/{B2}/launch1.json: unreadable" in plan
-    assert f"results/runs/{B4}/launch1.json: measured for study 'other'" in plan
-    jobs = dict(re.findall(r"^(set_aside|run_configuration|summary)\s+(\d+)$", plan, re.M))
-    assert jobs == {"set_aside": "1", "run_configuration": "3", "summary": "1"}, plan[-3000:]
+    assert f"results/launches/{B2}/launch1.json: unreadable" in plan
+    assert f"results/launches/{B4}/launch1.json: measured for study 'other'" in plan
+    jobs = dict(re.findall(r"^(set_aside|launch_configuration|summary)\s+(\d+)$", plan, re.M))
+    assert jobs == {"set_aside": "1", "launch_configuration": "3", "summary": "1"}, plan[-3000:]
 
     _, second = measured(workdir, doc)
     assert second[B0] == first[B0]  # untouched
@@ -196,6 +198,45 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
     assert all(json.loads(second[name][0])["spec"]["study"] == "rerun" for name in second)
     assert sorted(p.name.split("-20")[0] for p in (workdir / "results/invalid").iterdir()) == [B2, B4]
     assert len(list((workdir / "results/set-aside").glob("*.json"))) == 1
+
+    rc, again = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
+    assert rc == 0 and "Nothing to be done" in again, again[-3000:]
+
+
+def test_a_results_folder_in_the_older_runs_layout_is_carried_over_not_measured_again(tmp_path):
+    """Issue 39.6 (a launch is not a run): a results folder written before launches/ was named keeps
+    each launch in runs/<name>/launch<k>.json, or runs/<name>.json in the oldest layout. The dry run
+    writes nothing and plans a carrying job (adopt_launch) for each result that stands and a launch
+    for the damaged one; the run carries them over byte for byte, measuring only the damaged one, and
+    the run after it has nothing to do: Snakemake finds what it recorded of the carried files as a
+    launch would have left it."""
+    B4 = "tp1-b4-ctx16"
+    workdir = tmp_path / "study"
+    doc = study(workdir)
+    doc["grid"]["budget"] = [0, 2, 4]
+    _, first = measured(workdir, doc)
+    launches, runs = workdir / "results/launches", workdir / "results/runs"
+    (runs / B0).mkdir(parents=True)
+    (launches / B0 / "launch1.json").rename(runs / B0 / "launch1.json")
+    (launches / B2 / "launch1.json").rename(runs / f"{B2}.json")  # the oldest layout: one file per configuration
+    (runs / B4).mkdir()
+    (runs / B4 / "launch1.json").write_text("{")  # damaged
+    shutil.rmtree(launches)
+
+    before = folder_state(workdir)
+    rc, plan = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
+    assert rc == 0, plan[-3000:]
+    assert folder_state(workdir) == before, "the dry run changed the study folder"
+    assert "2 launch result(s) in results/runs/" in plan and f"results/runs/{B4}/launch1.json: unreadable" in plan
+    jobs = dict(re.findall(r"^(adopt_launch|set_aside|launch_configuration|summary)\s+(\d+)$", plan, re.M))
+    assert jobs == {"adopt_launch": "2", "set_aside": "1", "launch_configuration": "1", "summary": "1"}, plan[-3000:]
+
+    _, second = measured(workdir, doc)
+    assert second[B0][0] == first[B0][0] and second[B2][0] == first[B2][0]  # carried, not measured
+    assert second[B4][0] != first[B4][0] and json.loads(second[B4][0])["spec"]["study"] == "rerun"
+    assert not runs.exists()  # emptied and removed: nothing left in the older layout
+    assert [p.name.split("-20")[0] for p in (workdir / "results/invalid").iterdir()] == [B4]
+    assert sorted(p.name for p in (workdir / "logs/adopted").iterdir()) == [B0, B2]
 
     rc, again = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
     assert rc == 0 and "Nothing to be done" in again, again[-3000:]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import NAME, fault_study, run_cli
+from conftest import NAME, fault_study, launch_cli
 from specsweep.records import store
 
 
@@ -14,7 +14,7 @@ def test_missing_api_key_variable_fails_before_any_launch(tmp_path, model, monke
     monkeypatch.delenv("SPECSWEEP_TEST_NO_SUCH_KEY", raising=False)
     study = fault_study(model, api_key_env="SPECSWEEP_TEST_NO_SUCH_KEY")
     study["server"]["command"] += ["--api-key", "{api_key}"]
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 2 and "SPECSWEEP_TEST_NO_SUCH_KEY" in err and "not set" in err
     assert "server pid" not in err
 
@@ -24,7 +24,7 @@ def test_a_failure_record_never_holds_the_key(tmp_path, model, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_TEST_KEY", key)
     study = fault_study(model, "die-at-request:2", api_key_env="SPECSWEEP_TEST_KEY")
     study["server"]["command"] += ["--api-key", "{api_key}", "--echo-args"]  # the server prints its argv
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 12, err
     assert "--api-key <redacted>" in err
     for path in tmp_path.rglob("*"):
@@ -37,12 +37,12 @@ def test_a_failure_record_never_holds_the_key(tmp_path, model, monkeypatch):
 @pytest.mark.parametrize("earlier", ["cuda-crash", "bind-error"])
 def test_an_earlier_attempts_log_lines_never_name_this_failure(tmp_path, model, earlier):
     if earlier == "cuda-crash":
-        rc, _ = run_cli(tmp_path, fault_study(model, "crash-at-request:2"))
+        rc, _ = launch_cli(tmp_path, fault_study(model, "crash-at-request:2"))
         assert rc == 12
         assert store.latest_failure(tmp_path / "failures", NAME).to_json()["signature"] == "cuda-illegal-instruction"
     else:
         (tmp_path / "server.log").write_text("error: couldn't bind HTTP server socket, hostname: 127.0.0.1\n")
-    rc, err = run_cli(tmp_path, fault_study(model, "exit-at-startup"), "--attempt", "2")
+    rc, err = launch_cli(tmp_path, fault_study(model, "exit-at-startup"), "--attempt", "2")
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert rc == 10, err
     assert record["class"] == "server-start" and record["transient"] is False

@@ -25,7 +25,7 @@ STANDIN = SGLANG_STANDIN
 SGLANG_WHEEL = "sglang==0.5.23"
 
 
-def spec_of(doc: dict, name: str) -> study.RunSpec:
+def spec_of(doc: dict, name: str) -> study.LaunchSpec:
     return study.find_spec(study.validate_study(doc), name)
 
 
@@ -148,10 +148,10 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
     return path
 
 
-def run_name(tmp_path: Path, doc: Path, name: str, gpus: str = "0,1,2") -> tuple[int, str]:
+def config_name(tmp_path: Path, doc: Path, name: str, gpus: str = "0,1,2") -> tuple[int, str]:
     env = {**os.environ, "SPECSWEEP_GPUS": gpus}
-    out = subprocess.run([sys.executable, "-m", "specsweep", "run", "--config", str(doc), "--name", name,
-                          "--out", str(tmp_path / "runs" / f"{name}.json"),
+    out = subprocess.run([sys.executable, "-m", "specsweep", "launch", "--config", str(doc), "--name", name,
+                          "--out", str(tmp_path / "launches" / f"{name}.json"),
                           "--server-log", str(tmp_path / f"{name}.log"),
                           "--failures-dir", str(tmp_path / "failures")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
@@ -161,9 +161,9 @@ def run_name(tmp_path: Path, doc: Path, name: str, gpus: str = "0,1,2") -> tuple
 @pytest.mark.parametrize("spelling", ["new", "between", "old"])
 def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_path, spelling):
     doc = sglang_study(tmp_path, "--spelling", spelling)
-    code, err = run_name(tmp_path, doc, "tp2-b4-ctx64")
+    code, err = config_name(tmp_path, doc, "tp2-b4-ctx64")
     assert code == 0, err
-    doc = load(tmp_path / "runs" / "tp2-b4-ctx64.json")
+    doc = load(tmp_path / "launches" / "tp2-b4-ctx64.json")
     assert doc["server"]["backend"] == "sglang" and doc["server"]["version"] == "0.5.23"
     assert doc["server"]["reported"]["tp_size"] == 2
     # Budget 4 to --speculative-num-draft-tokens is 3 drafts a step: the root counts (the stand-in
@@ -194,9 +194,9 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
 
 def test_sglang_without_speculation_reports_no_acceptance(tmp_path):
     doc = sglang_study(tmp_path, tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 0, err
-    for section in load(tmp_path / "runs" / "tp1-b0-ctx64.json")["sections"]:
+    for section in load(tmp_path / "launches" / "tp1-b0-ctx64.json")["sections"]:
         assert section["acceptance_length"] is None and section["draft_tokens"] == 0
 
 
@@ -206,16 +206,16 @@ def test_sglang_without_speculation_reports_no_acceptance(tmp_path):
 ])
 def test_sglang_faults_become_classified_failures(tmp_path, fault, code, klass, signature):
     doc = sglang_study(tmp_path, "--fault", fault, tp=(1,), budgets=(4,))
-    got, err = run_name(tmp_path, doc, "tp1-b4-ctx64")
+    got, err = config_name(tmp_path, doc, "tp1-b4-ctx64")
     assert got == code, err
     record = load(next((tmp_path / "failures" / "tp1-b4-ctx64").glob("*.json")))
     assert record["class"] == klass and record["signature"] == signature
-    assert not (tmp_path / "runs" / "tp1-b4-ctx64.json").exists()
+    assert not (tmp_path / "launches" / "tp1-b4-ctx64.json").exists()
 
 
 def test_a_server_context_smaller_than_the_grid_is_refused_before_measuring(tmp_path):
     doc = sglang_study(tmp_path, "--context-length", "40", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "reports a context of 40 tokens" in err
 
 
@@ -223,12 +223,12 @@ def test_a_kv_pool_too_small_for_prompt_and_output_is_refused_before_it_clips_th
     """SGLang's scheduler clips max_new_tokens to the pool without an error (init_req_max_new_tokens):
     the preflight names the pool instead of a later token shortfall."""
     doc = sglang_study(tmp_path, "--max-total-tokens", "100", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "KV cache holds 100 tokens (max_total_num_tokens), one request needs 112" in err, err
-    assert "mem-fraction-static" in err and not (tmp_path / "runs" / "tp1-b0-ctx64.json").exists()
+    assert "mem-fraction-static" in err and not (tmp_path / "launches" / "tp1-b0-ctx64.json").exists()
     # The longest input the scheduler takes, where it is below the grid's prompt length.
     doc = sglang_study(tmp_path, "--max-total-tokens", "60", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 2 and "inputs of at most 54 tokens (max_req_input_len), grid.context is 64" in err, err
 
 
@@ -240,10 +240,10 @@ def test_a_server_that_does_not_say_its_limits_is_recorded_unchecked_or_refused(
         config = yaml.safe_load(doc.read_text())
         config["server"]["preflight"] = "strict"
         doc.write_text(yaml.safe_dump(config))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     why = "context not checked: /server_info answered 404, /get_server_info answered 404"
     assert why in err, err
-    result = tmp_path / "runs" / "tp1-b0-ctx64.json"
+    result = tmp_path / "launches" / "tp1-b0-ctx64.json"
     if strict:
         assert code == 2 and "refused by server.preflight: strict" in err and not result.exists()
         return
@@ -255,9 +255,9 @@ def test_a_server_that_does_not_say_its_limits_is_recorded_unchecked_or_refused(
 
 def test_newer_sglang_is_checked_on_the_limits_it_resolved_not_the_length_it_echoes(tmp_path):
     doc = sglang_study(tmp_path, "--server-info", "newer", tp=(1,), budgets=(0,))
-    code, err = run_name(tmp_path, doc, "tp1-b0-ctx64")
+    code, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert code == 0, err
-    preflight = load(tmp_path / "runs" / "tp1-b0-ctx64.json")["server"]["preflight"]
+    preflight = load(tmp_path / "launches" / "tp1-b0-ctx64.json")["server"]["preflight"]
     assert preflight["unchecked"] == [], preflight
     assert [c.split(":")[0] for c in preflight["checked"]] == ["input length", "KV pool"]
     # The echoed context_length alone is no check: without the resolved limits it is said unchecked.
@@ -279,12 +279,12 @@ def _dry_run(tmp_path: Path, *extra: str) -> str:
 
 def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provisioning(tmp_path):
     plain = _dry_run(tmp_path)
-    assert re.search(r"run_configuration\s+28\b", plain)
+    assert re.search(r"launch_configuration\s+28\b", plain)
     assert "--manifests results/provision/prompts-sharegpt.json --out" in plain
     assert re.findall(r"wildcards: target=(\S+)", plain) == ["prompts-sharegpt"]  # no server or model to provision
     assert ("# server: SGLANG_DDTREE_MAX_TOPK=8 /opt/sglang-ddtree/.venv/bin/python -m sglang.launch_server "
             "--model-path /models/Qwen3.6-27B --tp 2") in plain
     assert re.search(r"resources: .*gpu=2", plain)
     on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
-    assert re.search(r"run_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
+    assert re.search(r"launch_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
     assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000-topk4" in on_sm120

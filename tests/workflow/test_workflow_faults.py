@@ -42,9 +42,9 @@ def records(workdir: Path, name: str) -> list[dict]:
 def test_transient_failure_is_retried_and_excluded_config_is_shown(tmp_path):
     rc, out = finish(run_workflow(tmp_path, study(tmp_path, "die-at-request:4")), timeout=300)
     assert rc != 0
-    assert (tmp_path / "results/runs/tp1-b0-ctx16/launch1.json").exists()
-    assert not (tmp_path / "results/runs/tp1-b2-ctx16/launch1.json").exists()
-    assert not (tmp_path / "results/runs/tp1-b4-ctx16/launch1.json").exists()  # excluded: never run
+    assert (tmp_path / "results/launches/tp1-b0-ctx16/launch1.json").exists()
+    assert not (tmp_path / "results/launches/tp1-b2-ctx16/launch1.json").exists()
+    assert not (tmp_path / "results/launches/tp1-b4-ctx16/launch1.json").exists()  # excluded: never run
     attempts = records(tmp_path, "tp1-b2-ctx16")
     assert [r["attempt"] for r in attempts] == [1, 2] and {r["class"] for r in attempts} == {"server-died"}
     partial = pd.read_csv(tmp_path / "results/partial/summary.csv")
@@ -59,8 +59,8 @@ def test_deterministic_failure_is_not_retried_and_others_stay_untouched(tmp_path
     rc, out = finish(run_workflow(tmp_path, first), timeout=300)
     assert rc != 0
     assert len(records(tmp_path, "tp1-b2-ctx16")) == 1  # the retry exited without a new attempt
-    assert "not retried" in (tmp_path / "logs/runs/tp1-b2-ctx16/launch1.log").read_text()
-    good = tmp_path / "results/runs/tp1-b0-ctx16/launch1.json"
+    assert "not retried" in (tmp_path / "logs/launches/tp1-b2-ctx16/launch1.log").read_text()
+    good = tmp_path / "results/launches/tp1-b0-ctx16/launch1.json"
     before = (good.read_bytes(), good.stat().st_mtime_ns)
 
     rc, out = finish(run_workflow(tmp_path, first), timeout=300)  # same command again

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import NAME, fault_study, run_cli
+from conftest import NAME, fault_study, launch_cli
 from specsweep.errors import InvalidResponse, ServerDied
 from specsweep.measure import workload
 from specsweep.records import store
@@ -32,9 +32,9 @@ def _with_sections(study: dict, **section) -> dict:
 @pytest.mark.alone  # each request left within 50 ms of its time: a timing the host must not disturb
 def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
     study = _with_sections(fault_study(model), request_rate=20.0, concurrency=2)
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     for section in doc["sections"]:
         records = sorted(section["records"], key=lambda r: r["index"])
         scheduled = [r["t_scheduled"] for r in records]
@@ -53,7 +53,7 @@ def test_open_loop_schedule_is_kept_and_recorded(tmp_path, model):
 def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path, model):
     # One request in flight at a time, each ~0.4 s, due every ~10 ms: the client queues.
     study = _with_sections(fault_study(model, token_delay=0.05), request_rate=100.0, concurrency=1)
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 17, err
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "client-overload" and record["section"] == "short"
@@ -62,7 +62,7 @@ def test_a_client_that_cannot_keep_its_schedule_invalidates_the_section(tmp_path
                          r"or give the client a core of its own", record["reason"])
     assert found, record["reason"]
     assert float(found[2]) == study["workload"]["max_schedule_lag_s"] * 1000 < float(found[1])
-    assert not (tmp_path / "runs" / f"{NAME}.json").exists()
+    assert not (tmp_path / "launches" / f"{NAME}.json").exists()
 
 
 def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
@@ -71,9 +71,9 @@ def test_user_prompt_file_is_used_cut_and_hashed(tmp_path, model):
     prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"w{i}-{k}" for k in range(40))}) for i in range(7)))
     study = fault_study(model)
     study["workload"]["prompts_file"] = str(prompts)
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 0, err
-    doc = store.read_result(tmp_path / "runs" / f"{NAME}.json").to_json()
+    doc = store.read_result(tmp_path / "launches" / f"{NAME}.json").to_json()
     assert doc["prompts"]["source"] == str(prompts) and len(doc["prompts"]["sha256"]) == 64
     assert doc["prompts"]["count"] == 6 and doc["prompts"]["reused"] is False
     assert {r["prompt_tokens"] for s in doc["sections"] for r in s["records"]} == {16}
@@ -90,7 +90,7 @@ def test_bad_prompt_files_are_named_by_line(tmp_path, model, content, words):
     prompts.write_text(content)
     study = fault_study(model)
     study["workload"]["prompts_file"] = str(prompts)
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     assert rc == 2, err
     reason = store.latest_failure(tmp_path / "failures", NAME).to_json()["reason"]
     for word in words:
@@ -107,7 +107,7 @@ def test_a_server_that_dies_between_two_scheduled_requests_is_named_dead_at_once
     short = next(s for s in spec.sections if s.name == "short")
     due = workload.schedule(short, spec.seed)[1]
     started = time.monotonic()
-    rc, err = run_cli(tmp_path, study)
+    rc, err = launch_cli(tmp_path, study)
     took = time.monotonic() - started
     assert rc == 12, err
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()

@@ -1,6 +1,6 @@
 rule summary:
     input:
-        results=get_run_results,
+        results=get_launch_results,
         set_aside=get_set_asides,
     output:
         csv=str(paths.SUMMARY_CSV),
@@ -55,14 +55,14 @@ rule summary:
         str(paths.SUMMARY_LOG),
     params:
         study=get_study_json,
-        runs=str(paths.RUNS),
+        launches=str(paths.LAUNCHES),
         failures=str(paths.FAILURES),
         invalid=str(paths.INVALID),
     # One process for the table, the report's data and the figures: pandas, scipy and matplotlib
     # load once per summary (a figure that is a job's output is removed with it when the job fails).
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
-        "--runs {params.runs} --failures {params.failures} "
+        "--launches {params.launches} --failures {params.failures} "
         "--quarantine {params.invalid} --csv {output.csv} "
         "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
         "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "

@@ -13,15 +13,15 @@ rule set_aside:
         "--plan {params.plan:q} --out {output} 2> {log}"
 
 
-rule run_configuration:
+rule launch_configuration:
     input:
         # What the study leaves to the pipeline (the same for every job: a list, not a function).
         manifests=list(PLAN.provisioned.values()),
         set_aside=get_set_aside,
     output:
-        paths.RUN_RESULT,
+        paths.LAUNCH_RESULT,
     log:
-        paths.RUN_LOG,
+        paths.LAUNCH_LOG,
     # Launch k of every configuration before launch k + 1 of any, each round in its own order.
     priority: get_launch_priority
     retries: config["retries"]
@@ -31,17 +31,47 @@ rule run_configuration:
         # On a CPU study a constant: one input function less per job in a large grid's plan.
         gpu=get_gpus if config["server"]["gpu"] else 0,
     params:
-        spec=get_run_spec,
+        spec=get_launch_spec,
         launch=get_launch_command,
         server_log=paths.SERVER_LOG,
         failures=str(paths.FAILURES),
     # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:
         "# server: {params.launch}\n"
-        "{PYTHON} -m specsweep run --spec {params.spec:q} --manifests {input.manifests} "
+        "{PYTHON} -m specsweep launch --spec {params.spec:q} --manifests {input.manifests} "
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
         "--quiet-host {QUIET_HOST:q} 2> {log}"
+
+
+# A results folder written before launches/ was named keeps its launches in runs/
+# (paths.LEGACY_RUNS): each standing one is carried over by a local job instead of measured again.
+# The job has the launch rule's very inputs and params, so what Snakemake records of the file is
+# what a launch would have left, and later runs find nothing changed under the launch rule.
+if PLAN.adopted:
+
+    rule adopt_launch:
+        input:
+            manifests=list(PLAN.provisioned.values()),
+            set_aside=get_set_aside,
+        output:
+            paths.LAUNCH_RESULT,
+        log:
+            paths.ADOPTED_LOG,
+        wildcard_constraints:
+            name=PLAN.adopted_names(),
+        params:
+            spec=get_launch_spec,
+            launch=get_launch_command,
+            server_log=paths.SERVER_LOG,
+            failures=str(paths.FAILURES),
+        shell:
+            "{PYTHON} -m specsweep adopt --out {output} > {log} 2>&1"
+
+    ruleorder: adopt_launch > launch_configuration
+
+    localrules:
+        adopt_launch,
 
 
 # Racing (verdict.until_decided): after round r, which configurations are still in some undecided
@@ -56,8 +86,8 @@ checkpoint race_round:
         paths.RACE_LOG,
     params:
         study=get_study_json,
-        runs=str(paths.RUNS),
+        launches=str(paths.LAUNCHES),
         failures=str(paths.FAILURES),
     shell:
         "{PYTHON} -m specsweep race --config-json {params.study:q} --round {wildcards.round} "
-        "--runs {params.runs} --failures {params.failures} --out {output} 2> {log}"
+        "--launches {params.launches} --failures {params.failures} --out {output} 2> {log}"

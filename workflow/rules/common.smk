@@ -53,7 +53,7 @@ if workflow.is_main_process and not workflow.output_settings.dryrun:
 #   The quiet-host guard's thresholds judge a measurement but do not define it: as a param,
 #   tuning them would rerun every finished configuration.
 # - "Param results is a prefix of input or output file but hardcoded", in the compare rule, is deliberate.
-#   The comparison's candidate is this study's results folder as a whole (its runs and failures are
+#   The comparison's candidate is this study's results folder as a whole (its launches and failures are
 #   read too); its summary.csv is the rule's input, and paths.RESULTS owns the folder's name.
 # - "Environment variable PYTHONPATH used but not asserted with envvars directive" (Snakefile):
 #   deliberate. The Snakefile puts its own package first on its jobs' PYTHONPATH and keeps what
@@ -69,7 +69,7 @@ os.environ[provenance.STUDY_SHA_ENV] = provenance.study_sha256(config)
 QUIET_HOST = json.dumps(config["quiet_host"], sort_keys=True)
 
 
-# A configuration's name (axes.run_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
+# A configuration's name (axes.config_name): tp1-b4-ctx128, and -<axis><value> per axis of the study's.
 wildcard_constraints:
     name=r"tp\d+-b\d+-ctx\d+(-[a-z][A-Za-z0-9_.+]*)*",
     launch=r"[1-9]\d*",
@@ -93,7 +93,7 @@ PROVISION_RECORD = {
 }
 
 
-def get_run_spec(wildcards):
+def get_launch_spec(wildcards):
     """Everything that defines the measurement, as params: changing any of it reruns the job."""
     return PLAN.launch_spec(wildcards.name, int(wildcards.launch)).to_json()
 
@@ -145,7 +145,7 @@ def get_attempt(wildcards, attempt):
     return attempt
 
 
-def get_run_results(wildcards):
+def get_launch_results(wildcards):
     """Every launch of the grid minus excluded configurations (those appear in the summary
     only): workload.launches each, then what racing's rounds added."""
     return get_launches_through(PLAN.most_launches)

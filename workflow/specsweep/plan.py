@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 from specsweep import study
 from specsweep.analysis import ledger
 from specsweep.records import paths
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 from specsweep.study import prompt_sets, targets
 
 
@@ -39,7 +40,7 @@ UNRECORDED = Unrecorded()
 @dataclass
 class Plan:
     config: dict
-    specs: dict[str, RunSpec]  # the grid, expanded once: per-job lookups keep planning linear
+    specs: dict[str, LaunchSpec]  # the grid, expanded once: per-job lookups keep planning linear
     measured: list[str]  # configurations not excluded
     launches: int  # launches every configuration gets
     most_launches: int  # and the most racing may give one (verdict.until_decided)
@@ -48,6 +49,7 @@ class Plan:
     set_aside: dict[str, ledger.SetAside] = field(default_factory=dict)  # marker path -> what it moves
     found: ledger.SetAside = field(default_factory=ledger.SetAside)  # what this parse found to set aside
     by_launch: dict = field(default_factory=dict)  # (name, launch) -> the markers it waits for
+    adopted: dict[str, list[int]] = field(default_factory=dict)  # name -> launches carried over from runs/
 
     @classmethod
     def of(cls, config: dict, *, main: bool) -> Plan:
@@ -64,11 +66,16 @@ class Plan:
         if plan.found:
             plan.set_aside[str(paths.set_aside_marker(plan.found.digest()))] = plan.found
         plan.by_launch = ledger.markers_by_launch(plan.set_aside)
+        plan.adopted = ledger.adoptable(plan.measured, plan.most_launches, plan.found)
         return plan
 
     def notes(self) -> list[str]:
         """What the main process says before the plan: what it sets aside, and racing's bounds."""
         lines = self.found.lines()
+        if self.adopted:
+            count = sum(map(len, self.adopted.values()))
+            lines.append(f"{count} launch result(s) in {paths.LEGACY_RUNS}/, the folder's older name, are carried into "
+                         f"{paths.LAUNCHES}/ (rule adopt_launch), not measured again")
         if self.config["verdict"]["until_decided"]:
             n = len(self.measured)
             lines.append(f"racing: the first round measures {self.launches * n} launches ({self.launches} of each "
@@ -77,18 +84,25 @@ class Plan:
         return lines
 
     # --- one job ---------------------------------------------------------------------------
-    def spec(self, name: str) -> RunSpec:
+    def spec(self, name: str) -> LaunchSpec:
         """The grid point behind a result path; a path outside the grid is an error."""
         if name not in self.specs:
             raise ValueError(f"{name} is not in the study's grid; list it with: specsweep grid")
         return self.specs[name]
 
-    def launch_spec(self, name: str, launch: int) -> RunSpec:
+    def launch_spec(self, name: str, launch: int) -> LaunchSpec:
         """The spec of one launch of a configuration; a launch the study cannot reach is an error."""
         if launch > self.most_launches:
             raise ValueError(f"launch {launch} of {name}: the study gives each configuration {self.most_launches} "
                              f"at most (workload.launches, verdict.until_decided)")
         return dataclasses.replace(self.spec(name), launch=launch)
+
+    def adopted_names(self) -> str:
+        """The adopt rule's constraint on {name}: each configuration with a result to carry over,
+        and only at those launches (a lookahead on the rest of the path), so that no other launch
+        can be taken for one."""
+        return "|".join(f"{re.escape(name)}(?=/launch(?:{'|'.join(map(str, launches))})\\.json$)"
+                        for name, launches in self.adopted.items())
 
     def set_aside_before(self, name: str, launch: int) -> list[str]:
         """The set-aside markers of one launch: its old result moved aside first."""
@@ -108,9 +122,9 @@ class Plan:
     def launch_results(self, last: int, raced: list[list[str]]) -> list[str]:
         """The launch results up to launch ``last``: the fixed ones, then each racing round's
         contenders' next launch (``raced[i]``: who round launches + i sent on)."""
-        files = [str(paths.run_result(name, k)) for k in range(1, self.launches + 1) for name in self.measured]
+        files = [str(paths.launch_result(name, k)) for k in range(1, self.launches + 1) for name in self.measured]
         for offset, contenders in enumerate(raced):
-            files += [str(paths.run_result(name, self.launches + offset + 1)) for name in contenders]
+            files += [str(paths.launch_result(name, self.launches + offset + 1)) for name in contenders]
         return files
 
     # --- provisioning ------------------------------------------------------------------------
@@ -139,7 +153,9 @@ class Plan:
         plan refused (damaged, or another study's) are no measurement of this study's."""
         from specsweep.records.store import copy_to_history
 
-        copy_to_history(paths.RUNS, paths.HISTORY, skip={Path(r.path) for r in self.found.refused})
+        skip = {Path(r.path) for r in self.found.refused}
+        for folder in (paths.LAUNCHES, paths.LEGACY_RUNS):
+            copy_to_history(folder, paths.HISTORY, skip=skip)
 
     def after_success(self) -> None:
         """Once nothing is missing, the partial reports go; the answer on the terminal, where a

@@ -76,7 +76,7 @@ class Objective:
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class LaunchSpec:
     """Everything that defines the measurement of one grid point."""
 
     study: str
@@ -122,7 +122,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return axes.run_name(self.values)
+        return axes.config_name(self.values)
 
     @property
     def label(self) -> str:
@@ -196,7 +196,7 @@ class RunSpec:
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunSpec:
+    def from_dict(cls, data: dict) -> LaunchSpec:
         try:
             sections = tuple(Section(**s) for s in data["sections"])
             fields = {**WRITTEN_BEFORE, **{k: v for k, v in data.items() if k != "sections"}}
@@ -209,7 +209,7 @@ class RunSpec:
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
 
-    def resolved(self, *, binary: str | None = None, model_path: str | None = None) -> RunSpec:
+    def resolved(self, *, binary: str | None = None, model_path: str | None = None) -> LaunchSpec:
         """This spec with the 'embedded' placeholders replaced by provisioned paths."""
         return replace(
             self,

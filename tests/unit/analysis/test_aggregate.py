@@ -23,14 +23,14 @@ def sweep(tmp_path):
         "grid": {"budget": [0, 4, 8], "tp": [1], "context": [128, 1024]},
         "exclude": [{"budget": 8, "context": 1024, "reason": "known crash"}],
     })
-    runs, failures = tmp_path / "runs", tmp_path / "failures"
+    runs, failures = tmp_path / "launches", tmp_path / "failures"
     specs = {s.name: s for s in study.expand_grid(cfg)}
-    store.write_json_atomic(runs / "tp1-b0-ctx128.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
-    store.write_json_atomic(runs / "tp1-b4-ctx128.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
-    store.write_json_atomic(runs / "tp1-b4-ctx1024.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
+    store.write_json_atomic(runs / "tp1-b0-ctx128" / "launch1.json", result_doc(specs["tp1-b0-ctx128"], tok_s=100))
+    store.write_json_atomic(runs / "tp1-b4-ctx128" / "launch1.json", result_doc(specs["tp1-b4-ctx128"], tok_s=50))
+    store.write_json_atomic(runs / "tp1-b4-ctx1024" / "launch1.json", result_doc(specs["tp1-b4-ctx1024"], tok_s=80))
     bad = result_doc(specs["tp1-b8-ctx128"])
     bad["sections"][0]["output_tok_s"] = 0
-    store.write_json_atomic(runs / "tp1-b8-ctx128.json", bad)
+    store.write_json_atomic(runs / "tp1-b8-ctx128" / "launch1.json", bad)
     err = ServerDied("server died in section medium: killed by SIGKILL", section="medium")
     rec = store.failure_record(name="tp1-b0-ctx1024", spec={}, error=err, started_at="t", attempt=1,
                                  server_log=None, log_tail="")
@@ -173,7 +173,7 @@ def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers
     specs = {s.budget: s for s in study.expand_grid(cfg)}
     errors = {
         0: ConfigError("model file /m.gguf does not exist (llama-server serves one GGUF file)"),
-        2: ResultWriteError("cannot write results/runs/x.json: No space left on device"),
+        2: ResultWriteError("cannot write results/launches/x.json: No space left on device"),
         4: Interrupted(2),
         8: ServerDied("server died in section short: RuntimeError: CUDA error: an illegal instruction was "
                       "encountered", signature="cuda-illegal-instruction",
@@ -184,7 +184,7 @@ def test_advice_fits_the_failure_and_exclusions_are_offered_only_for_the_servers
     for budget, error in errors.items():
         write_failure(tmp_path, failure_record(name=specs[budget].name, spec=json.loads(specs[budget].to_json()),
                                                error=error, started_at="t", attempt=1, server_log=None, log_tail=""))
-    report = partial_reports.failure_report(aggregate.summarize(cfg, tmp_path / "runs", tmp_path), tmp_path)
+    report = partial_reports.failure_report(aggregate.summarize(cfg, tmp_path / "launches", tmp_path), tmp_path)
     pasted = [line for line in report.splitlines() if line.startswith("  - {")]
     assert len(pasted) == 1 and '"budget": 8' in pasted[0], report
     assert "Next, for config (tp1-b0-ctx128): fix the study file" in report
@@ -215,7 +215,7 @@ def test_a_configurations_launches_merge_into_one_row_per_section_with_every_lau
     keeps the extremes of all four repeats, and means the rest."""
     cfg = study.validate_study({"grid": {"budget": [0], "tp": [1], "context": [128]}, "workload": {"launches": 2}})
     spec = study.expand_grid(cfg)[0]
-    runs = tmp_path / "runs"
+    runs = tmp_path / "launches"
     docs = [result_doc(spec, tok_s=100.0), result_doc(replace(spec, launch=2), tok_s=50.0)]
     for k, doc in enumerate(docs, 1):
         store.write_json_atomic(runs / spec.name / f"launch{k}.json", doc)
@@ -237,7 +237,7 @@ def test_each_launch_is_judged_on_its_own_and_named_when_it_is_the_one_missing_o
     cfg = study.validate_study({"grid": {"budget": [0, 2, 4, 8], "tp": [1], "context": [128]},
                                 "workload": {"launches": 2}})
     b0, b2, b4, b8 = study.expand_grid(cfg)
-    runs = tmp_path / "runs"
+    runs = tmp_path / "launches"
     for spec in (b0, b2, b4):
         store.write_json_atomic(runs / spec.name / "launch1.json", result_doc(spec))
     # b0: its second launch measured for another study; b2: no second launch; b4: a damaged first.
@@ -267,7 +267,7 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
 
     cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1], "context": [128, 1024]},
                                 "workload": {"launches": 2}})
-    runs = tmp_path / "runs"
+    runs = tmp_path / "launches"
     rates = {0: (100.0, 90.0), 4: (150.0, 140.0)}
     for spec in study.expand_grid(cfg):
         for k, rate in enumerate(rates[spec.budget], 1):

@@ -35,8 +35,8 @@ def make_study(folder: Path, repeats: dict[str, list[float]], *, failed=(), excl
             doc["model"], doc["prompts"] = {"sha256": model_sha}, {"sha256": prompts_sha}
             for section in doc["sections"]:
                 section["output_tok_s_repeats"] = list(repeats[spec.name])
-            write_json_atomic(folder / "runs" / f"{spec.name}.json", doc)
-    frame = aggregate.summarize(cfg, folder / "runs", folder / "failures")
+            write_json_atomic(folder / "launches" / spec.name / "launch1.json", doc)
+    frame = aggregate.summarize(cfg, folder / "launches", folder / "failures")
     aggregate.write_summary(frame, folder / "summary.csv")
     return folder
 

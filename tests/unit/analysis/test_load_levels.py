@@ -36,10 +36,10 @@ def load_study() -> dict:
 
 
 def summary(tmp_path, cfg) -> pd.DataFrame:
-    runs, failures = tmp_path / "runs", tmp_path / "failures"
+    runs, failures = tmp_path / "launches", tmp_path / "failures"
     for spec in expand_grid(cfg):
         if spec.name in RATES:
-            write_json_atomic(runs / f"{spec.name}.json", result_doc(spec, tok_s=RATES[spec.name]))
+            write_json_atomic(runs / spec.name / "launch1.json", result_doc(spec, tok_s=RATES[spec.name]))
         else:
             error = ServerDied("server died in section chat: killed by SIGKILL", section="chat")
             write_failure(failures, failure_record(name=spec.name, spec=json.loads(spec.to_json()), error=error,

@@ -9,7 +9,7 @@ from specsweep.study.loading import defaults
 
 def test_a_launch_whose_checks_read_nothing_is_named_on_the_front_page_and_its_own_page(tmp_path):
     cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1], "context": [128]}, "workload": {"launches": 1}})
-    runs, failures = tmp_path / "runs", tmp_path / "failures"
+    runs, failures = tmp_path / "launches", tmp_path / "failures"
     specs = {s.name: s for s in study.expand_grid(cfg)}
     unread = "context not checked: /props answered 404"
     for name, spec in specs.items():

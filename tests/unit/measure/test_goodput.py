@@ -67,11 +67,11 @@ def test_objective_is_met_only_by_measured_figures_within_every_bound():
 
 
 def test_an_objective_travels_with_the_spec_and_a_study_without_one_keeps_its_params(model):
-    from specsweep.spec import RunSpec
+    from specsweep.spec import LaunchSpec
     from specsweep.study.grid import expand_grid
 
     spec = expand_grid(goodput_study(model))[0]
-    assert RunSpec.from_dict(__import__("json").loads(spec.to_json())) == spec
+    assert LaunchSpec.from_dict(__import__("json").loads(spec.to_json())) == spec
     assert spec.prompts_needed == 1 + 12 + 8 * 12  # warmup, the section, every step the search may take
     plain = expand_grid(fault_study(model))[0]
     assert '"objective"' not in plain.to_json()  # left out at its default: finished results stay fresh

@@ -23,7 +23,7 @@ STANDIN = SGLANG_STANDIN
 SGLANG_WHEEL = "sglang==0.5.23"
 
 
-def spec_of(doc: dict, name: str) -> study.RunSpec:
+def spec_of(doc: dict, name: str) -> study.LaunchSpec:
     return study.find_spec(study.validate_study(doc), name)
 
 
@@ -114,9 +114,9 @@ def test_model_paths_each_backend_accepts(tmp_path):
     vllm = spec_of({"backend": "vllm", "model": {"path": str(folder)}, "server": {"binary": "python3"}},
                    "tp1-b0-ctx128")
     check_model_path(vllm)  # a folder
-    check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
+    check_model_path(study.LaunchSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "Qwen/Qwen3-8B"}))
     with pytest.raises(ConfigError, match="does not exist"):
-        check_model_path(study.RunSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
+        check_model_path(study.LaunchSpec.from_dict({**json.loads(vllm.to_json()), "model_path": "/no/such"}))
     llama = spec_of({"model": {"path": str(folder)}, "server": {"binary": "x"}}, "tp1-b0-ctx128")
     with pytest.raises(ConfigError, match="serves one GGUF file"):
         check_model_path(llama)
@@ -141,7 +141,7 @@ def test_exclusions_by_compute_capability_apply_there_and_nowhere_else():
     with pytest.raises(Excluded, match="compute capability 12.0"):
         before_start.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "12.0"}]})
     before_start.check_exclusions(b8.excluded_on, {"gpus": [{"index": "0", "compute_capability": "9.0"}]})
-    assert study.RunSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
+    assert study.LaunchSpec.from_dict(json.loads(b8.to_json())) == b8  # survives the trip through params
 
 
 def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
@@ -156,7 +156,7 @@ def test_a_reproducing_failure_prints_a_ready_to_paste_exclusion(tmp_path):
     record = failure_record(name=b8.name, spec=json.loads(b8.to_json()), error=error, started_at="t",
                             attempt=1, server_log=None, log_tail="", compute_capability="12.0")
     write_failure(tmp_path / "failures", record)
-    report = partial_reports.failure_report(aggregate.summarize(doc, tmp_path / "runs", tmp_path / "failures"),
+    report = partial_reports.failure_report(aggregate.summarize(doc, tmp_path / "launches", tmp_path / "failures"),
                                       tmp_path / "failures")
     line = report.splitlines()[-1].strip()
     rule = yaml.safe_load(line)[0]

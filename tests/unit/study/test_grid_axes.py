@@ -46,7 +46,7 @@ def test_a_study_axis_names_configurations_and_reaches_the_server_through_its_pl
     spec = study.find_spec(cfg, "tp1-b4-ctx128-ub512")
     argv = command.server_argv(spec, 1)
     assert argv[argv.index("-ub") + 1] == "512" and json.loads(spec.to_json())["axes"] == {"ub": 512}
-    assert study.RunSpec.from_dict(json.loads(spec.to_json())) == spec
+    assert study.LaunchSpec.from_dict(json.loads(spec.to_json())) == spec
 
 
 def test_three_axis_studies_keep_their_names_and_params(default_config):
@@ -60,7 +60,7 @@ def test_three_axis_studies_keep_their_names_and_params(default_config):
         spec = study.find_spec(cfg, path.stem)
         assert "axes" not in json.loads(spec.to_json())
         resolved = spec.resolved(binary=stored["binary"], model_path=stored["model_path"])
-        assert study.RunSpec.from_dict(stored) == resolved
+        assert study.LaunchSpec.from_dict(stored) == resolved
 
 
 @pytest.mark.parametrize("change, words", [
@@ -99,8 +99,9 @@ def kv_results(folder: Path, rates: dict[str, float]) -> tuple[dict, pd.DataFram
     cfg = kv_study()
     for spec in study.expand_grid(cfg):
         if spec.name in rates:
-            write_json_atomic(folder / "runs" / f"{spec.name}.json", result_doc(spec, tok_s=rates[spec.name]))
-    frame = aggregate.summarize(cfg, folder / "runs", folder / "failures")
+            doc = result_doc(spec, tok_s=rates[spec.name])
+            write_json_atomic(folder / "launches" / spec.name / "launch1.json", doc)
+    frame = aggregate.summarize(cfg, folder / "launches", folder / "failures")
     aggregate.write_summary(frame, folder / "summary.csv")
     return cfg, frame
 
@@ -187,9 +188,9 @@ def test_a_three_axis_study_against_a_four_axis_one_pairs_nothing_it_should_not(
     kv_results(tmp_path / "b", RATES)
     a = compare.open_study(LEGACY / "results", tmp_path / "ta")
     b = compare.open_study(tmp_path / "b", tmp_path / "tb")
-    for launches in b.runs.values():  # the same model on both sides, so that the pairing is what is tested
+    for launches in b.launches.values():  # the same model on both sides, so that the pairing is what is tested
         for result in launches:
-            result.model = a.runs["tp1-b0-ctx64"][0].model
+            result.model = a.launches["tp1-b0-ctx64"][0].model
     frame = compare.compare(a, b, alpha=defaults("compare")["alpha"])
     assert set(frame.loc[frame["kv"].isna(), "verdict"]) == {"only in A"}
     assert set(frame.loc[frame["kv"].notna(), "verdict"]) == {"only in B"}
@@ -200,7 +201,7 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     folder = shutil.copytree(LEGACY, tmp_path / "old")
     cfg = study.validate_study(yaml.safe_load((folder / "study.yaml").read_text()))
     old = pd.read_csv(folder / "results" / "summary.csv")
-    frame = aggregate.summarize(cfg, folder / "results" / "runs", folder / "results" / "failures")
+    frame = aggregate.summarize(cfg, folder / "results" / "launches", folder / "results" / "failures")
     # Read as they are, with what came later: the load each section ran at (closed loop, one in
     # flight: c1) and the goodput search's columns, empty (that study declared no objective).
     # Launches came later still: one each (the result file of a configuration reads as its launch 1),
@@ -221,7 +222,8 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
         was = before[before["section"] == row["section"]].iloc[0]
         shown = row["best_budget"] if row["verdict"] != "undecided" else row["highest_budget"]
         assert shown == was["best_budget"] and row["output_tok_s"] == pytest.approx(was["output_tok_s"])
-    report.write_all(cfg, frame, runs_dir=folder / "results" / "runs", failures_dir=folder / "results" / "failures",
+    report.write_all(cfg, frame, launches_dir=folder / "results" / "launches",
+                     failures_dir=folder / "results" / "failures",
                      best_csv=folder / "results" / "best.csv", front=tmp_path / "front.rst",
                      failures_html=tmp_path / "f.html", pages_dir=tmp_path / "pages",
                      tables_html=(tmp_path / "s.html", tmp_path / "b.html"), study_yaml="",

@@ -108,13 +108,13 @@ def test_find_spec_lists_known_names():
 
 def test_spec_round_trips_through_json():
     spec = study.expand_grid(study.validate_study({}))[3]
-    again = study.RunSpec.from_dict(json.loads(spec.to_json()))
+    again = study.LaunchSpec.from_dict(json.loads(spec.to_json()))
     assert again == spec
 
 
 def test_spec_from_incomplete_json_is_a_config_error():
     with pytest.raises(ConfigError, match="incomplete"):
-        study.RunSpec.from_dict({"study": "x"})
+        study.LaunchSpec.from_dict({"study": "x"})
 
 
 def test_exclusion_rules_match_every_named_axis():

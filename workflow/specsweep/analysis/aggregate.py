@@ -22,7 +22,7 @@ from specsweep.records import paths
 from specsweep.records.result import METRICS, SEARCH_COLUMNS
 from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_RUN, OK
 from specsweep.records.store import InvalidResult, latest_failure, read_result, write_text_atomic
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 from specsweep.study.grid import expand_grid
 
 # Declared with the result document that fills them; then how many launches a row's figures are
@@ -36,23 +36,23 @@ def key_columns(axis_names: list[str]) -> list[str]:
     return ["name", *axis_names, axes.SECTION, axes.LOAD, "status", "reason"]
 
 
-def summarize(config: dict, runs_dir: Path, failures_dir: Path, *, upto: int | None = None) -> pd.DataFrame:
+def summarize(config: dict, launches_dir: Path, failures_dir: Path, *, upto: int | None = None) -> pd.DataFrame:
     """One row per configuration x section, in grid order, with speedup over budget 0, from every
     launch up to ``upto`` (default: the most the study may reach)."""
     rows = []
     last = upto or most_launches(config)
     for spec in expand_grid(config):
-        rows.extend(_rows_for(config, spec, Path(runs_dir), Path(failures_dir), last))
+        rows.extend(_rows_for(config, spec, Path(launches_dir), Path(failures_dir), last))
     frame = pd.DataFrame(rows, columns=key_columns(axes.names(config["grid"])) + METRIC_COLUMNS)
     return add_speedup(frame, config["verdict"])
 
 
-def _rows_for(config: dict, spec: RunSpec, runs_dir: Path, failures_dir: Path, last: int) -> list[dict]:
+def _rows_for(config: dict, spec: LaunchSpec, launches_dir: Path, failures_dir: Path, last: int) -> list[dict]:
     base = {"name": spec.name, **spec.values}
     reason = exclusion_reason(config, spec)
     if reason is not None:
         return _status_rows(base, spec, EXCLUDED, reason)
-    found = {k: p for k, p in paths.launch_results(runs_dir, spec.name).items() if k <= last}
+    found = {k: p for k, p in paths.launch_results(launches_dir, spec.name).items() if k <= last}
     results = []
     for launch, path in found.items():
         try:
@@ -119,7 +119,7 @@ def values_of(cell) -> list[float]:
     return [] if cell is None or not axes.is_number(cell) or math.isnan(cell) else [float(cell)]
 
 
-def _status_rows(base: dict, spec: RunSpec, status: str, reason: str) -> list[dict]:
+def _status_rows(base: dict, spec: LaunchSpec, status: str, reason: str) -> list[dict]:
     return [{**base, axes.SECTION: section, axes.LOAD: load, "status": status, "reason": reason}
             for section, load in spec.points]
 
@@ -164,28 +164,29 @@ def cell_units(cell: pd.DataFrame) -> tuple[dict[int, list[float]], str]:
     return verdict.units(launches, repeats)
 
 
-def check_comparable(config: dict, runs_dir: Path) -> None:
+def check_comparable(config: dict, launches_dir: Path) -> None:
     """Refuse to summarise results of different models, server versions, host classes or studies.
 
     A summary mixes them silently otherwise (pyperf refuses the same way); the message names
     the files on each side so the odd ones can be moved aside and measured again.
     """
     groups: dict[str, dict[str, list[str]]] = {}
+    results = Path(launches_dir).parent  # files named from here: launches/... or an older folder's runs/...
     for spec in expand_grid(config):
-        for path in paths.launch_results(runs_dir, spec.name).values():
+        for path in paths.launch_results(launches_dir, spec.name).values():
             try:
                 facts = read_result(path).comparability()
             except (InvalidResult, FileNotFoundError):
                 continue
             for key, value in facts.items():
-                groups.setdefault(key, {}).setdefault(value, []).append(str(path.relative_to(runs_dir)))
+                groups.setdefault(key, {}).setdefault(value, []).append(str(path.relative_to(results)))
     differ = {key: values for key, values in groups.items() if len(values) > 1}
     if differ:
         lines = [f"{key}: " + "; ".join(f"{value!r} in {', '.join(names)}" for value, names in values.items())
                  for key, values in differ.items()]
         raise IncomparableResults(
             "results of different provenance cannot share one summary:\n  " + "\n  ".join(lines)
-            + f"\nMove the files measured under the other conditions out of {runs_dir} (they are then "
+            + f"\nMove the files measured under the other conditions out of {launches_dir} (they are then "
             "measured again), or keep them as a study of their own."
         )
 

@@ -34,9 +34,9 @@ CHECKSUMS_BEFORE = "MANIFEST.sha256"
 STUDY_CONFIG = "config.yaml"
 # What of a study folder goes in, besides the code and the generated files.
 INCLUDE = tuple(str(p) for p in (
-    paths.RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.SET_ASIDE, paths.REPORT, paths.SUMMARY_CSV,
-    paths.SUMMARY_PNG, paths.TRADEOFF_PNG, paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE, paths.PROVISION,
-    paths.REPORT_HTML, paths.LOGS))
+    paths.LAUNCHES, paths.LEGACY_RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.SET_ASIDE, paths.REPORT,
+    paths.SUMMARY_CSV, paths.SUMMARY_PNG, paths.TRADEOFF_PNG, paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE,
+    paths.PROVISION, paths.REPORT_HTML, paths.LOGS))
 LEAVE_OUT = (str(paths.ARCHIVE_LOGS),)  # this rule's own log, written while the archive is made
 
 
@@ -57,7 +57,7 @@ def check_consistent(config: dict, root: Path) -> list[str]:
     for spec in expand_grid(config):
         if ledger.exclusion_reason(config, spec):
             continue
-        found = paths.launch_results(root / paths.RUNS, spec.name)
+        found = paths.launch_results(root / paths.LAUNCHES, spec.name)
         missing = [k for k in range(1, ledger.launches_planned(config) + 1) if k not in found]
         if missing:
             problems.append(f"{spec.name}: launch {' '.join(map(str, missing))} neither measured nor excluded "
@@ -71,12 +71,12 @@ def check_consistent(config: dict, root: Path) -> list[str]:
                 continue
             if (other := ledger.measured_otherwise(result, replace(spec, launch=launch))) is not None:
                 problems.append(f"{path}: {other} (the main command measures it again)")
-            versions.setdefault(result.specsweep_version, []).append(str(path.relative_to(root / paths.RUNS)))
+            versions.setdefault(result.specsweep_version, []).append(str(path.relative_to(root)))
     if len(versions) > 1:
         problems.append("results of several specsweep versions: " + "; ".join(
             f"{v} in {', '.join(names)}" for v, names in versions.items()))
     try:
-        aggregate.check_comparable(config, root / paths.RUNS)
+        aggregate.check_comparable(config, root / paths.LAUNCHES)
     except SpecsweepError as exc:
         problems.append(" ".join(exc.reason.splitlines()[:2]))  # what differs, without the advice
     return problems
@@ -217,7 +217,7 @@ def rebuild_summary(folder: Path, out: Path) -> Path:
     from specsweep.study.loading import load_study
 
     config = load_study(folder / STUDY_CONFIG)
-    frame = aggregate.summarize(config, folder / "results" / "runs", folder / "results" / "failures")
+    frame = aggregate.summarize(config, folder / paths.LAUNCHES, folder / paths.FAILURES)
     aggregate.write_summary(frame, out)
     return out
 
@@ -228,7 +228,7 @@ def reproduce_text(archive_name: str) -> str:
 This archive holds one specsweep study: its merged configuration (`config.yaml`), the
 specsweep code that ran it (`code/`, from git; `code/UNCOMMITTED.diff` if the tree was dirty),
 the Python environment (`environment/requirements.lock`), every raw result
-(`results/runs/*.json`), failure record (`results/failures/`), log (`logs/`), the summary, the
+(`results/launches/<name>/launch<k>.json`), failure record (`results/failures/`), log (`logs/`), the summary, the
 report, and `SHA256SUMS`, the SHA-256 of every file.
 
 ```bash

@@ -33,7 +33,7 @@ from specsweep.records.status import EXCLUDED, OK
 from specsweep.records.store import InvalidResult, read_result
 from specsweep.spec import SLO
 
-# A configuration's name says every axis value (axes.run_name): pairs match on all, then on the
+# A configuration's name says every axis value (axes.config_name): pairs match on all, then on the
 # section and load level it was measured at.
 KEYS = ["name", "section", "load"]
 FASTER, SLOWER, SAME = "faster", "slower", "~"
@@ -47,7 +47,7 @@ class Study:
 
     label: str
     summary: pd.DataFrame
-    runs: dict[str, list[Result]]  # every launch of each measured configuration, in launch order
+    launches: dict[str, list[Result]]  # every launch of each measured configuration, in launch order
 
 
 def open_study(path: Path, tmp: Path) -> Study:
@@ -63,24 +63,26 @@ def open_study(path: Path, tmp: Path) -> Study:
     else:
         raise ConfigError(f"{path}: no summary.csv or partial/summary.csv; pass a study's results folder "
                           f"(after `snakemake --cores 1 results/summary.png`) or an archive of one")
-    runs = {}
+    launches = {}
     for name in summary.loc[summary["status"] == OK, "name"].unique():
-        found = paths.launch_results(folder / "runs", name)
+        # launches/ beside the summary, or runs/ in a folder written before it was named so.
+        found = paths.launch_results(folder / paths.LAUNCHES.name, name)
         if not found:
-            raise ConfigError(f"{path}: the summary says {name} was measured, and runs/ holds no result of it")
+            raise ConfigError(f"{path}: the summary says {name} was measured, and {paths.LAUNCHES.name}/ holds no "
+                              f"result of it")
         try:
-            runs[name] = [read_result(p) for p in found.values()]
+            launches[name] = [read_result(p) for p in found.values()]
         except InvalidResult as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-    return Study(label=str(path), summary=_with_load(summary, runs), runs=runs)
+    return Study(label=str(path), summary=_with_load(summary, launches), launches=launches)
 
 
-def _with_load(summary: pd.DataFrame, runs: dict[str, list[Result]]) -> pd.DataFrame:
+def _with_load(summary: pd.DataFrame, launches: dict[str, list[Result]]) -> pd.DataFrame:
     """A summary written before load was a dimension: each section ran at one load, which its
     results say (every configuration of a study runs the same sections)."""
     if axes.LOAD in summary.columns:
         return summary
-    loads = {s["name"]: s["load"] for launches in runs.values() for r in launches for s in r.sections}
+    loads = {s["name"]: s["load"] for found in launches.values() for r in found for s in r.sections}
     summary = summary.copy()
     summary.insert(list(summary.columns).index(axes.SECTION) + 1, axes.LOAD,
                    [loads.get(section, "") for section in summary[axes.SECTION]])
@@ -103,8 +105,8 @@ def check_comparable(a: Study, b: Study) -> None:
     comparison: refuse them, naming both sides' values. Server version and host may differ: that
     is what a comparison is for."""
     for key in ACROSS_STUDIES:
-        side_a = {r.comparability()[key] for launches in a.runs.values() for r in launches}
-        side_b = {r.comparability()[key] for launches in b.runs.values() for r in launches}
+        side_a = {r.comparability()[key] for found in a.launches.values() for r in found}
+        side_b = {r.comparability()[key] for found in b.launches.values() for r in found}
         if side_a and side_b and side_a != side_b:
             raise ConfigError(f"the studies measured different {key}s: A {sorted(side_a)}, B {sorted(side_b)}; "
                               f"compare studies of one {key}")
@@ -181,7 +183,7 @@ def _row(a: Study, b: Study, row: dict, alpha: float) -> dict:
     if mark:
         out["verdict"], out["why"] = mark
         return out
-    launches_a, launches_b = a.runs[row["name"]], b.runs[row["name"]]
+    launches_a, launches_b = a.launches[row["name"]], b.launches[row["name"]]
     why_not = _incomparable(launches_a[0], launches_b[0], row["section"])
     if why_not:
         out["verdict"], out["why"] = "incomparable", why_not

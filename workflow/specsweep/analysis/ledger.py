@@ -17,20 +17,21 @@ from specsweep.records.store import (
     InvalidResult,
     failure_record,
     next_attempt,
+    prune_legacy,
     read_race_round,
     read_result,
     utc_now,
     write_bytes_atomic,
     write_failure,
 )
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 from specsweep.study.grid import capabilities_of, excluded_here, expand_grid, matching_exclusions
 
-if TYPE_CHECKING:  # the planning Snakefile and `specsweep run` import this module: no pandas for them
+if TYPE_CHECKING:  # the planning Snakefile and `specsweep launch` import this module: no pandas for them
     import pandas as pd
 
 
-def exclusion_reason(config: dict, spec: RunSpec) -> str | None:
+def exclusion_reason(config: dict, spec: LaunchSpec) -> str | None:
     """The reason of the first exclusion rule that matches this configuration, if any.
 
     A rule that names compute capabilities matches only on that hardware: the study's
@@ -83,14 +84,14 @@ def launch_words(launch: int, reason: str) -> str:
     return reason if launch == 1 else f"launch {launch}: {reason}"
 
 
-def measured_otherwise(result, spec: RunSpec) -> str | None:
+def measured_otherwise(result, spec: LaunchSpec) -> str | None:
     """Why a valid result is not this grid point's measurement (another study or configuration).
 
     A result written outside this study's workflow (a hand run of another study file, a file
     copied in) has no Snakemake metadata, so nothing would ever rerun it: aggregation refuses it.
     """
     try:
-        stored = RunSpec.from_dict(result.spec)
+        stored = LaunchSpec.from_dict(result.spec)
     except ConfigError:
         return "its spec cannot be read as a configuration of this specsweep"
     if stored.study != spec.study:
@@ -102,11 +103,11 @@ def measured_otherwise(result, spec: RunSpec) -> str | None:
     return None
 
 
-def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[int, Path, str]]:
+def refused_launches(spec: LaunchSpec, launches_dir: Path) -> list[tuple[int, Path, str]]:
     """(launch, file, why) of every launch result of a configuration that cannot be aggregated; the
     launches that can are kept."""
     refused = []
-    for launch, path in paths.launch_results(runs_dir, spec.name).items():
+    for launch, path in paths.launch_results(launches_dir, spec.name).items():
         try:
             problem = measured_otherwise(read_result(path), replace(spec, launch=launch))
         except InvalidResult as exc:
@@ -116,13 +117,14 @@ def refused_launches(spec: RunSpec, runs_dir: Path) -> list[tuple[int, Path, str
     return refused
 
 
-def quarantine(spec: RunSpec, source: Path, reason: str, invalid_dir: Path, failures_dir: Path) -> str:
+def quarantine(spec: LaunchSpec, source: Path, reason: str, invalid_dir: Path, failures_dir: Path) -> str:
     """Move one refused result file into invalid_dir with a failure record; return the line that says so."""
     stamp = utc_now().replace(":", "").replace("+0000", "Z")
     launch = "" if source.name in (f"{spec.name}.json", "launch1.json") else f"-{source.stem}"
     source, target = Path(source), Path(invalid_dir) / f"{spec.name}{launch}-{stamp}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     source.replace(target)
+    prune_legacy(source)
     error = ResultRefused(f"result refused by aggregation ({reason}); moved to {target}")
     write_failure(failures_dir, failure_record(
         name=spec.name, spec=json.loads(spec.to_json()), error=error, started_at=utc_now(),
@@ -130,7 +132,7 @@ def quarantine(spec: RunSpec, source: Path, reason: str, invalid_dir: Path, fail
     return f"{source}: {reason} (moved to {target})"
 
 
-def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invalid_dir: Path,
+def quarantine_invalid(config: dict, frame: pd.DataFrame, launches_dir: Path, invalid_dir: Path,
                        failures_dir: Path) -> None:
     """Move every result aggregation refused out of the way, with a failure record, and fail.
 
@@ -145,7 +147,7 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, runs_dir: Path, invali
         return
     specs = {s.name: s for s in expand_grid(config)}
     lines = [quarantine(specs[row.name], path, reason, invalid_dir, failures_dir)
-             for row in bad.itertuples() for _, path, reason in refused_launches(specs[row.name], runs_dir)]
+             for row in bad.itertuples() for _, path, reason in refused_launches(specs[row.name], launches_dir)]
     raise ResultRefused(
         f"{len(lines)} result file(s) cannot be aggregated:\n  " + "\n  ".join(lines)
         + "\nRun the same command again: those configurations will be measured anew."
@@ -223,15 +225,31 @@ def plan_set_aside(config: dict, root: Path = Path(".")) -> SetAside:
     for spec in expand_grid(config):
         if exclusion_reason(config, spec) is not None:
             continue
-        found = paths.launch_results(root / paths.RUNS, spec.name)
+        found = paths.launch_results(root / paths.LAUNCHES, spec.name)
         if any(k not in found for k in range(1, launches_expected(config, spec.name, root) + 1)):
             missing.append(spec.name)
         if made is not None and all(path.stat().st_mtime_ns <= made for path in found.values()):
             continue  # aggregated (and so validated) since it was last written
         refused += [Refused(spec.name, launch, str(path.relative_to(root)), reason)
-                    for launch, path, reason in refused_launches(spec, root / paths.RUNS)]
+                    for launch, path, reason in refused_launches(spec, root / paths.LAUNCHES)]
     missing = missing if stands else []  # no summary yet: the missing are planned like any target
     return SetAside(tuple(refused), tuple(missing), made) if refused or missing else SetAside()
+
+
+def adoptable(measured: list[str], most: int, refused: SetAside, root: Path = Path(".")) -> dict[str, list[int]]:
+    """{configuration: launches} whose result is in runs/ (a folder written before launches/ was named)
+    and not yet in launches/, and stands (not among the plan's refused): the run carries each over
+    (rule adopt_launch) instead of measuring it. Reads only, and nothing where there is no runs/."""
+    if not (Path(root) / paths.LEGACY_RUNS).is_dir():
+        return {}
+    found, skip = {}, refused.launches()
+    for name in measured:
+        launches = [k for k in range(1, most + 1) if (name, k) not in skip
+                    and not (result := Path(root) / paths.launch_result(name, k)).exists()
+                    and paths.legacy_result(result) is not None]
+        if launches:
+            found[name] = launches
+    return found
 
 
 def recorded_set_asides(root: Path = Path(".")) -> dict[str, SetAside]:

@@ -29,7 +29,7 @@ def report_failed_run(config: dict, root: Path = Path(".")) -> str:
 
     csv, png, failed = (root / p for p in (paths.PARTIAL_CSV, paths.PARTIAL_PNG, paths.FAILED_CSV))
     try:
-        frame = aggregate.summarize(config, root / paths.RUNS, root / paths.FAILURES)
+        frame = aggregate.summarize(config, root / paths.LAUNCHES, root / paths.FAILURES)
         aggregate.write_summary(frame, csv, failed)
         plot_summary(frame, png, title=f"{study_title(config)} (partial)", facets=Facets.of(frame, **config["plot"]))
     except Exception as exc:  # never hide the original failure behind a reporting error
@@ -44,7 +44,7 @@ def report_failed_run(config: dict, root: Path = Path(".")) -> str:
 
 def clean(config: dict, root: Path = Path(".")) -> None:
     """Once every configuration has a valid result or is excluded, drop the partial reports."""
-    frame = aggregate.summarize(config, root / paths.RUNS, root / paths.FAILURES)
+    frame = aggregate.summarize(config, root / paths.LAUNCHES, root / paths.FAILURES)
     if not frame["status"].isin([OK, EXCLUDED]).all():
         return
     for path in paths.PARTIAL_REPORTS:

@@ -39,9 +39,9 @@ def contenders(config: dict, frame: pd.DataFrame, round_: int) -> tuple[list[str
     return sorted(chosen, key=order.index), cells
 
 
-def write_round(config: dict, round_: int, runs: Path, failures: Path, out: Path) -> list[str]:
+def write_round(config: dict, round_: int, launches: Path, failures: Path, out: Path) -> list[str]:
     """Decide round ``round_`` from the launches up to it; write the decision; return the contenders."""
-    frame = aggregate.summarize(config, runs, failures, upto=round_)
+    frame = aggregate.summarize(config, launches, failures, upto=round_)
     names, cells = contenders(config, frame, round_)
     write_text_atomic(Path(out), json.dumps({"round": round_, "contenders": names, "undecided": cells},
                                             indent=1) + "\n")

@@ -145,7 +145,7 @@ def failures_page(frame: pd.DataFrame) -> str:
     return _html("Failed, excluded and missing configurations", body)
 
 
-def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failures_dir: Path) -> dict[str, str]:
+def configuration_pages(config: dict, frame: pd.DataFrame, launches_dir: Path, failures_dir: Path) -> dict[str, str]:
     """{configuration name: HTML page}: its command, provenance and per-section numbers, or why
     it has none."""
     pages = {}
@@ -153,7 +153,7 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
         rows = frame[frame["name"] == spec.name]
         status, reason = rows["status"].iloc[0], rows["reason"].iloc[0]
         if status == OK:
-            results = [store.read_result(p) for p in paths.launch_results(runs_dir, spec.name).values()]
+            results = [store.read_result(p) for p in paths.launch_results(launches_dir, spec.name).values()]
             pages[spec.name] = _html(f"{spec.name}: measured", _measured(results, rows))
         else:
             record = store.latest_failure(Path(failures_dir), spec.name)
@@ -164,11 +164,11 @@ def configuration_pages(config: dict, frame: pd.DataFrame, runs_dir: Path, failu
     return pages
 
 
-def unchecked_checks(frame: pd.DataFrame, runs_dir: Path) -> dict[str, list[str]]:
+def unchecked_checks(frame: pd.DataFrame, launches_dir: Path) -> dict[str, list[str]]:
     """{configuration: the preflight checks its launches could not read} over the measured ones."""
     found = {}
     for name in frame.loc[frame["status"] == OK, "name"].unique():
-        why = [line for p in paths.launch_results(runs_dir, name).values()
+        why = [line for p in paths.launch_results(launches_dir, name).values()
                for line in (store.read_result(p).server.get("preflight") or {}).get("unchecked", [])]
         if why:
             found[name] = sorted(set(why))
@@ -223,12 +223,12 @@ def _html(title: str, body: str) -> str:
             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
 
 
-def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir: Path, best_csv: Path,
+def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures_dir: Path, best_csv: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
               study_yaml: str, study_html: Path) -> None:
     best = best_table(frame, config["verdict"])
     store.write_text_atomic(best_csv, best.to_csv(index=False))
-    store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, runs_dir)))
+    store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, launches_dir)))
     summary_html, best_html = tables_html
     keys = ["name", *axes.columns(frame.columns), *axes.within(frame.columns)]
     shown = frame[keys + [c for c in SUMMARY_SHOWN if c in frame.columns]]
@@ -236,7 +236,7 @@ def write_all(config: dict, frame: pd.DataFrame, *, runs_dir: Path, failures_dir
     store.write_text_atomic(best_html, table_page("Best draft budget", best, "Also in results/best.csv."))
     store.write_text_atomic(study_html, study_page(study_yaml))
     store.write_text_atomic(failures_html, failures_page(frame))
-    for name, page in configuration_pages(config, frame, runs_dir, failures_dir).items():
+    for name, page in configuration_pages(config, frame, launches_dir, failures_dir).items():
         store.write_text_atomic(Path(pages_dir) / f"{name}.html", page)
 
 

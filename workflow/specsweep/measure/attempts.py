@@ -18,10 +18,10 @@ from specsweep.measure.before_start import secrets
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure
 from specsweep.servers import signatures, templates
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 
 
-def deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
+def deterministic_failure(failures_dir: Path, spec: LaunchSpec) -> Failure | None:
     """The latest failure record, if it was deterministic and for this very spec (launch
     included): a retry would only fail the same way, so it is not run."""
     latest = store.latest_failure(failures_dir, spec.name)
@@ -30,7 +30,7 @@ def deterministic_failure(failures_dir: Path, spec: RunSpec) -> Failure | None:
     return None
 
 
-def settle_before_retry(failures_dir: Path, spec: RunSpec, settings: quiet_host.Settings, say) -> None:
+def settle_before_retry(failures_dir: Path, spec: LaunchSpec, settings: quiet_host.Settings, say) -> None:
     """A retry after a host-not-quiet (or gpu-throttled) failure gives the host time to quiet down
     (or the GPU to cool) first."""
     latest = store.latest_failure(failures_dir, spec.name)
@@ -40,35 +40,35 @@ def settle_before_retry(failures_dir: Path, spec: RunSpec, settings: quiet_host.
         time.sleep(settings.retry_pause_s)
 
 
-def check_same_study(spec: RunSpec, runs_dir: Path) -> None:
+def check_same_study(spec: LaunchSpec, launches_dir: Path) -> None:
     """A hand run may not drop a result of one study into another study's results folder.
 
     Aggregation would refuse it later (and measure that configuration again); refusing here
     keeps the folder's own result and says what to run instead.
     """
-    for path in paths.result_files(runs_dir):
+    for path in paths.result_files(launches_dir):
         try:
             other = store.read_result(path).spec.get("study")
         except store.InvalidResult:
             continue
         if other != spec.study:
             raise ConfigError(
-                f"{runs_dir} holds results of study {other!r} ({path.name}), and this run is of study "
+                f"{launches_dir} holds results of study {other!r} ({path.name}), and this run is of study "
                 f"{spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
                 f"(and --failures-dir, --server-log)")
 
 
-def keep_in_history(spec: RunSpec, out: Path, say) -> None:
+def keep_in_history(spec: LaunchSpec, out: Path, say) -> None:
     """The history copy (results/history/) from the moment a result exists; a failure here never
     costs the result."""
-    runs = paths.runs_of(out)
+    folder = paths.launches_of(out)
     try:
-        store.copy_to_history(runs, paths.history_of(runs), only=out)
+        store.copy_to_history(folder, paths.history_of(folder), only=out)
     except (OSError, SpecsweepError) as exc:
-        say(spec, f"could not keep a copy in {paths.history_of(runs)}: {exc}")
+        say(spec, f"could not keep a copy in {paths.history_of(folder)}: {exc}")
 
 
-def record_failure(failures_dir: Path, spec: RunSpec, error: SpecsweepError, *, started_at: str,
+def record_failure(failures_dir: Path, spec: LaunchSpec, error: SpecsweepError, *, started_at: str,
                    server_log: Path, log_start: int) -> tuple[Path | str, str]:
     """This attempt's failure record, written with the spec's secrets hidden in all it quotes (a
     server may echo its key into the log lines), and the reason, so hidden, in one line for the

@@ -10,14 +10,14 @@ import os
 from specsweep.errors import ConfigError, Excluded
 from specsweep.records import paths
 from specsweep.servers import backends
-from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.spec import EMBEDDED, LaunchSpec
 from specsweep.study import prompt_sets
 from specsweep.study.grid import excluded_here
 from specsweep.study.loading import check_spec_command, model_path_problem
 from specsweep.study.prompts import read_prompts_file
 
 
-def api_key(spec: RunSpec) -> str | None:
+def api_key(spec: LaunchSpec) -> str | None:
     """The server's API key from the environment variable the study names; never written."""
     if not spec.api_key_env:
         return None
@@ -28,7 +28,7 @@ def api_key(spec: RunSpec) -> str | None:
     return value
 
 
-def secrets(spec: RunSpec) -> tuple[str, ...]:
+def secrets(spec: LaunchSpec) -> tuple[str, ...]:
     """Values to hide wherever a command, log line or record is written."""
     try:
         key = api_key(spec)
@@ -37,7 +37,7 @@ def secrets(spec: RunSpec) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
-def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
+def preflight(spec: LaunchSpec, prompt_source: dict | None = None) -> None:
     """Everything that can be refused before a server starts."""
     spec.check_fits()  # again here: a spec can also come by hand, as JSON
     check_spec_command(spec)
@@ -53,7 +53,7 @@ def preflight(spec: RunSpec, prompt_source: dict | None = None) -> None:
                           f"({paths.manifest(prompt_sets.target_name(spec.prompt_set))})")
 
 
-def check_model_path(spec: RunSpec) -> None:
+def check_model_path(spec: LaunchSpec) -> None:
     """llama-server needs a model file; the others load a folder, or a hub id they resolve themselves."""
     if problem := model_path_problem(backends.get(spec.backend), spec.model_path):
         raise ConfigError(problem)

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from specsweep.records import paths
-from specsweep.spec import RunSpec, loads_named
+from specsweep.spec import LaunchSpec, loads_named
 
 
-def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
+def say(spec: LaunchSpec, message: str, *, terminal: bool = False) -> None:
     """Progress on stderr (the job's log), one line each, prefixed with the configuration's name.
 
     ``terminal``: also on stdout, which Snakemake shows on the terminal (waiting for devices).
@@ -21,10 +21,10 @@ def say(spec: RunSpec, message: str, *, terminal: bool = False) -> None:
         print(f"[{spec.label}] {message}", flush=True)
 
 
-def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
+def measured_line(spec: LaunchSpec, doc: dict, launches_dir: Path) -> str:
     """One line for the terminal: per section tok/s, speedup over budget 0 (when it is measured
     already, in this study's folder) and acceptance length."""
-    base = _baseline_rates(spec, runs_dir) if spec.budget > 0 else {}
+    base = _baseline_rates(spec, launches_dir) if spec.budget > 0 else {}
     levels = loads_named((s["name"], s["load"]) for s in doc["sections"])
     parts = []
     for section in doc["sections"]:
@@ -42,15 +42,15 @@ def measured_line(spec: RunSpec, doc: dict, runs_dir: Path) -> str:
     return "measured: " + "; ".join(parts)
 
 
-def _baseline_rates(spec: RunSpec, runs_dir: Path) -> dict[tuple[str, str], float]:
+def _baseline_rates(spec: LaunchSpec, launches_dir: Path) -> dict[tuple[str, str], float]:
     """Output tok/s per section and load of the same other axes at budget 0 and the same launch, if
     its result is here."""
-    from specsweep.axes import run_name
+    from specsweep.axes import config_name
     from specsweep.records.store import InvalidResult, read_result
 
     try:
-        base = read_result(paths.run_result(run_name({**spec.values, 'budget': 0}), launch=spec.launch,
-                                            runs=Path(runs_dir)))
+        base = read_result(paths.launch_result(config_name({**spec.values, 'budget': 0}), launch=spec.launch,
+                                            launches=Path(launches_dir)))
     except (InvalidResult, FileNotFoundError):
         return {}
     if base.spec.get("study") != spec.study:

@@ -15,7 +15,7 @@ from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
 from specsweep.records.store import utc_now
 from specsweep.servers import backends
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 
 HASH_LIMIT_BYTES = 4 << 30  # hashing a larger model file would cost each job a minute or more
 
@@ -43,7 +43,7 @@ def model_facts(path: str) -> dict:
     return facts
 
 
-def prompts_facts(spec: RunSpec, prompt_source: dict | None, prompts: list) -> dict:
+def prompts_facts(spec: LaunchSpec, prompt_source: dict | None, prompts: list) -> dict:
     """What the result says of its prompts: where they came from, and whether any was re-sent."""
     return {"source": spec.prompts_file or prompt_source["source"], "set": spec.prompt_set,
             "kind": (prompt_source or {}).get("kind", "own"),
@@ -58,7 +58,7 @@ def record_doc(record: RequestRecord) -> dict:
             "decode_tok_s": record.decode_tok_s, "schedule_lag_s": record.schedule_lag_s}
 
 
-def build_result(spec: RunSpec, *, argv, facts: backends.Facts, checked: backends.Preflight | None = None,
+def build_result(spec: LaunchSpec, *, argv, facts: backends.Facts, checked: backends.Preflight | None = None,
                  measured, started_at, startup_s, job_s,
                  lease: dict | None = None, settings: quiet_host.Settings | None = None,
                  hardware: dict | None = None, env: dict | None = None, provenance: dict | None = None) -> Result:

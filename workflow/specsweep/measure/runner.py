@@ -33,10 +33,10 @@ from specsweep.records.result import Result
 from specsweep.records.store import utc_now, write_json_atomic
 from specsweep.servers import backends, command, templates
 from specsweep.servers.process import ServerProcess
-from specsweep.spec import RunSpec, Section, loads_named
+from specsweep.spec import LaunchSpec, Section, loads_named
 
 
-def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: quiet_host.Settings,
+def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, settings: quiet_host.Settings,
                       port: int | None = None, prompt_source: dict | None = None) -> dict:
     """Measure one configuration and write its result; raise a typed error on any failure.
 
@@ -85,11 +85,11 @@ def run_configuration(spec: RunSpec, *, out: Path, server_log: Path, settings: q
         Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
         write_json_atomic(out, doc)
         say(spec, f"result written to {out}")
-    say(spec, measured_line(spec, doc, paths.runs_of(out)), terminal=True)
+    say(spec, measured_line(spec, doc, paths.launches_of(out)), terminal=True)
     return doc
 
 
-def _server_checks(spec: RunSpec, backend, facts: backends.Facts) -> backends.Preflight:
+def _server_checks(spec: LaunchSpec, backend, facts: backends.Facts) -> backends.Preflight:
     """The checks against the running server before the first section; what they could not read
     is said, or refused in strict mode (server.preflight)."""
     checked = backend.check_context(spec, facts)
@@ -113,7 +113,7 @@ def _phase(name: str):
         raise
 
 
-def _measure(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
+def _measure(spec: LaunchSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
              prompt_source: dict | None) -> dict:
     with _phase("prompts"):
         prompts = workload.make_prompts(server, spec, prompt_source)
@@ -145,7 +145,7 @@ def _watch(server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str
                                    server_pids=server.tree_pids)
 
 
-def _search_goodput(spec: RunSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
+def _search_goodput(spec: LaunchSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
                     plan: workload.PromptPlan, seen: dict[str, str]) -> dict:
     """The highest request rate within the objective, on this launch (goodput.Search).
 
@@ -174,7 +174,7 @@ def _search_goodput(spec: RunSpec, server: ServerProcess, settings: quiet_host.S
     return {**search.to_json(docs.get(search.met)), "sections": [docs[step["rate"]] for step in search.steps]}
 
 
-def _run_one_section(spec: RunSpec, server: ServerProcess, section: Section, plan: workload.PromptPlan,
+def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, plan: workload.PromptPlan,
                      seen: dict[str, str], watch: quiet_host.SectionWatch, *, repeats: int | None = None,
                      arrival: str = "poisson", title: str | None = None) -> dict:
     started_at, t0 = utc_now(), time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from specsweep.errors import ClientOverload, InvalidResponse, PromptReused
 from specsweep.measure import client
 from specsweep.servers.process import ServerProcess
-from specsweep.spec import RunSpec
+from specsweep.spec import LaunchSpec
 
 
 def check_distinct(seen: dict[str, str], records, where: str, *, reuse: bool) -> None:
@@ -54,7 +54,7 @@ def check_counters(where: str, stats: dict, counter: str | None) -> None:
             f"{where}: server counted {int(counted)} generated tokens, responses say {stats['output_tokens']}")
 
 
-def check_schedule(spec: RunSpec, where: str, stats: dict) -> None:
+def check_schedule(spec: LaunchSpec, where: str, stats: dict) -> None:
     lag = stats["schedule_lag_s"]["p99"]
     if lag is not None and lag > spec.max_schedule_lag_s:
         raise ClientOverload(

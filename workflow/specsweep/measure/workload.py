@@ -19,13 +19,13 @@ from specsweep.errors import InvalidResponse, ServerDied, SpecsweepError
 from specsweep.measure import client
 from specsweep.records.request import RequestRecord
 from specsweep.servers.process import ServerProcess
-from specsweep.spec import RunSpec, Section
+from specsweep.spec import LaunchSpec, Section
 from specsweep.study.prompts import Prompt, build_prompts, read_documents, read_prompts_file, seeded_order
 
 POLL_S = 0.02
 
 
-def make_prompts(server: ServerProcess, spec: RunSpec, prompt_source: dict | None) -> list[Prompt]:
+def make_prompts(server: ServerProcess, spec: LaunchSpec, prompt_source: dict | None) -> list[Prompt]:
     """Every prompt one launch of this configuration sends, exactly ``spec.context`` tokens each as
     the server tokenizes them, none from text another of them used.
 
@@ -69,7 +69,7 @@ class PromptPlan:
     (workload.reuse_prompts): then every repeat of a section sends the same ones again.
     """
 
-    def __init__(self, spec: RunSpec, prompts: list[Prompt]):
+    def __init__(self, spec: LaunchSpec, prompts: list[Prompt]):
         self.spec, self.prompts, self.next = spec, prompts, spec.warmup_requests
 
     def warmup(self) -> list[Prompt]:

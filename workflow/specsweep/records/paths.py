@@ -9,7 +9,10 @@ import re
 from pathlib import Path
 
 RESULTS = Path("results")
-RUNS = RESULTS / "runs"  # one result document per launch of a configuration: <name>/launch<k>.json
+LAUNCHES = RESULTS / "launches"  # one result document per launch of a configuration: <name>/launch<k>.json
+# The same, as a results folder written before 2026-12 names it: read there, carried into LAUNCHES by
+# the run (rule adopt_launch), never written.
+LEGACY_RUNS = RESULTS / "runs"
 FAILURES = RESULTS / "failures"  # failure records, <name>/<time>-attempt<n>.json, kept across reruns
 HISTORY = RESULTS / "history"  # a read-only copy of every result ever written, <name>/<sha256>.json
 RACE = RESULTS / "race"  # racing (verdict.until_decided): round<r>.json, who gets launch r+1
@@ -48,8 +51,9 @@ ARCHIVE_LOG = ARCHIVE_LOGS / "archive.log"
 COMPARE_LOG = LOGS / "compare" / "compare.log"
 
 # The rules' wildcard paths, as Snakemake takes them.
-RUN_RESULT = f"{RUNS}/{{name}}/launch{{launch}}.json"
-RUN_LOG = f"{LOGS}/runs/{{name}}/launch{{launch}}.log"
+LAUNCH_RESULT = f"{LAUNCHES}/{{name}}/launch{{launch}}.json"
+ADOPTED_LOG = f"{LOGS}/adopted/{{name}}/launch{{launch}}.log"  # a launch carried over from runs/
+LAUNCH_LOG = f"{LOGS}/launches/{{name}}/launch{{launch}}.log"
 SERVER_LOG = f"{SERVER_LOGS}/{{name}}/launch{{launch}}.log"
 RACE_ROUND = f"{RACE}/round{{round}}.json"
 SET_ASIDE_MARKER = f"{SET_ASIDE}/{{digest}}.json"
@@ -78,49 +82,78 @@ def server_log(name: str, launch: int = 1) -> Path:
     return SERVER_LOGS / name / f"launch{launch}.log"
 
 
-def run_result(name: str, launch: int = 1, runs: Path = RUNS) -> Path:
+def launch_result(name: str, launch: int = 1, launches: Path = LAUNCHES) -> Path:
     """The result of one launch of a configuration."""
-    return Path(runs) / name / f"launch{launch}.json"
+    return Path(launches) / name / f"launch{launch}.json"
 
 
 def race_round(number: int) -> Path:
     return RACE / f"round{number}.json"
 
 
-def launch_results(runs: Path, name: str) -> dict[int, Path]:
-    """Every launch result of a configuration in a runs folder, by launch index, in order.
+def launch_results(launches: Path, name: str) -> dict[int, Path]:
+    """Every launch result of a configuration in a launches folder, by launch index, in order.
 
-    A results folder written before launches were targets holds one result per configuration,
-    runs/<name>.json: it reads as launch 1 (unless a launch1.json is there too).
+    A results folder written before the folder was named for launches keeps them in runs/ beside
+    it (LEGACY_RUNS), read where launches/ has none of that index; one written before launches were
+    targets holds one result per configuration, runs/<name>.json, read as launch 1.
     """
     found = {}
-    folder = Path(runs) / name
-    for path in folder.glob("launch*.json") if folder.is_dir() else ():
-        if match := _LAUNCH_FILE.fullmatch(path.name):
-            found[int(match[1])] = path
-    legacy = Path(runs) / f"{name}.json"
-    if 1 not in found and legacy.is_file():
-        found[1] = legacy
+    for folder in (Path(launches) / name, legacy_folder(launches) / name):
+        for path in folder.glob("launch*.json") if folder.is_dir() else ():
+            if (match := _LAUNCH_FILE.fullmatch(path.name)) and int(match[1]) not in found:
+                found[int(match[1])] = path
+    flat = legacy_folder(launches) / f"{name}.json"
+    if 1 not in found and flat.is_file():
+        found[1] = flat
     return dict(sorted(found.items()))
 
 
-def result_files(runs: Path) -> list[Path]:
-    """Every result file in a runs folder, launches and results of the older layout alike, sorted."""
-    return sorted([*Path(runs).glob("*.json"), *Path(runs).glob("*/launch*.json")])
+def legacy_folder(launches: Path) -> Path:
+    """Where a results folder written before this layout kept its launches: runs/ beside launches/."""
+    return Path(launches).parent / LEGACY_RUNS.name
 
 
-def runs_of(result: Path) -> Path:
-    """The runs folder a result file lies in: <runs>/<name>/launch<k>.json, or <runs>/<name>.json."""
+def legacy_results(launches: Path) -> list[Path]:
+    """The result files still in the older layout (runs/), which a run carries into launches/."""
+    return result_files(legacy_folder(launches))
+
+
+def result_files(launches: Path) -> list[Path]:
+    """Every result file in one launches folder (or an older runs/ folder), both layouts, sorted."""
+    return sorted([*Path(launches).glob("*.json"), *Path(launches).glob("*/launch*.json")])
+
+
+def launches_of(result: Path) -> Path:
+    """The folder a result file lies in: <launches>/<name>/launch<k>.json, or <folder>/<name>.json."""
     result = Path(result)
     return result.parent.parent if _LAUNCH_FILE.fullmatch(result.name) else result.parent
 
 
 def configuration_of(result: Path) -> str:
-    """The configuration a result file in a runs folder belongs to (its folder, or a legacy file's stem)."""
+    """The configuration a result file belongs to (its folder, or an older flat file's stem)."""
     result = Path(result)
     return result.parent.name if _LAUNCH_FILE.fullmatch(result.name) else result.stem
 
 
-def history_of(runs_dir: Path) -> Path:
-    """The history folder beside a runs folder (results/runs -> results/history)."""
-    return Path(runs_dir).parent / HISTORY.name
+def launch_of(result: Path) -> int:
+    """The launch index of a result file (an older flat <name>.json is launch 1)."""
+    match = _LAUNCH_FILE.fullmatch(Path(result).name)
+    return int(match[1]) if match else 1
+
+
+def legacy_result(result: Path) -> Path | None:
+    """The older file that holds what ``result`` (<launches>/<name>/launch<k>.json) will: runs/<name>/
+    launch<k>.json, or for launch 1 runs/<name>.json; None where neither is there."""
+    result = Path(result)
+    legacy = legacy_folder(launches_of(result))
+    for candidate in (legacy / result.parent.name / result.name,
+                      legacy / f"{result.parent.name}.json" if launch_of(result) == 1 else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def history_of(launches_dir: Path) -> Path:
+    """The history folder beside a launches folder (results/launches -> results/history)."""
+    return Path(launches_dir).parent / HISTORY.name

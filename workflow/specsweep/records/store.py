@@ -114,7 +114,7 @@ def latest_failure(failures_dir: Path, name: str) -> Failure | None:
     return None
 
 
-def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = None, skip=frozenset()) -> int:
+def copy_to_history(launches_dir: Path, history_dir: Path, *, only: Path | None = None, skip=frozenset()) -> int:
     """Copy every result into history_dir/<name>/<sha256>.json, read-only; return how many were new.
 
     Snakemake deletes a job's old output before it reruns it (after a params change, say), so a
@@ -125,7 +125,7 @@ def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = No
     import hashlib
 
     added = 0
-    for path in [Path(only)] if only else paths.result_files(runs_dir):
+    for path in [Path(only)] if only else paths.result_files(launches_dir):
         if path in skip:
             continue
         data = path.read_bytes()
@@ -136,6 +136,35 @@ def copy_to_history(runs_dir: Path, history_dir: Path, *, only: Path | None = No
         os.chmod(target, 0o444)
         added += 1
     return added
+
+
+def adopt_legacy(out: Path) -> Path:
+    """Carry the older layout's result of ``out`` (paths.legacy_result) into place; return where it was.
+
+    The bytes are written anew, then the old file removed: an interruption leaves one of the two,
+    never neither, and the copy kept in results/history/ (same bytes) stays the one copy there.
+    """
+    source = paths.legacy_result(out)
+    if source is None:
+        raise ResultWriteError(f"{out}: {paths.legacy_folder(paths.launches_of(out))} holds no result of it to carry "
+                               f"over (removed since the run was planned?); the next run measures it")
+    write_bytes_atomic(out, source.read_bytes())
+    source.unlink()
+    prune_legacy(source)
+    return source
+
+
+def prune_legacy(moved: Path) -> None:
+    """Once a file has left the older layout (carried over, or set aside), runs/<name>/ and runs/ go
+    if that left them empty; another file keeps them. A launches/ folder is left as it is."""
+    folder = paths.launches_of(moved)
+    if folder.name != paths.LEGACY_RUNS.name:
+        return
+    for empty in (moved.parent, folder) if moved.parent != folder else (folder,):
+        try:
+            empty.rmdir()
+        except OSError:
+            pass
 
 
 def read_race_round(path: str | Path) -> list[str]:

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from specsweep.servers import backends, probes, templates
 
 if TYPE_CHECKING:
-    from specsweep.spec import RunSpec
+    from specsweep.spec import LaunchSpec
 
 
-def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>",
+def render_values(spec: LaunchSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>",
                   side_port: int | str = "<side_port>") -> dict:
     """What each placeholder of the launch template becomes for this configuration.
 
@@ -32,14 +32,14 @@ def render_values(spec: RunSpec, port: int | str, key: str | None = None, scratc
     }
 
 
-def server_argv(spec: RunSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>",
+def server_argv(spec: LaunchSpec, port: int | str, key: str | None = None, scratch: str = "<scratch>",
                 side_port: int | str = "<side_port>") -> list[str]:
     """The launch command: the template with placeholders filled, plus speculation flags."""
     template = list(spec.command) + (list(spec.speculative_args) if spec.budget > 0 else [])
     return templates.render(template, render_values(spec, port, key, scratch, side_port))
 
 
-def server_env(spec: RunSpec, port: int | str, scratch: str = "<scratch>",
+def server_env(spec: LaunchSpec, port: int | str, scratch: str = "<scratch>",
                side_port: int | str = "<side_port>") -> dict[str, str]:
     """The study's extra environment for the server (server.env), placeholders filled."""
     values = render_values(spec, port, scratch=scratch, side_port=side_port)

@@ -1,4 +1,4 @@
-"""The grid: every configuration of a study as a RunSpec, in a stable order, and by name."""
+"""The grid: every configuration of a study as a LaunchSpec, in a stable order, and by name."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from dataclasses import replace
 
 from specsweep import axes
 from specsweep.errors import ConfigError
-from specsweep.spec import Objective, RunSpec, Section
+from specsweep.spec import LaunchSpec, Objective, Section
 from specsweep.study import prompt_sets
 
 
-def expand_grid(config: dict) -> list[RunSpec]:
-    """One RunSpec per grid point (every combination of every axis), in a stable order."""
+def expand_grid(config: dict) -> list[LaunchSpec]:
+    """One LaunchSpec per grid point (every combination of every axis), in a stable order."""
     out = []
     for point in axes.points(config["grid"]):
         tp, budget, context = (point.pop(a) for a in axes.BUILTIN)
@@ -19,9 +19,9 @@ def expand_grid(config: dict) -> list[RunSpec]:
     return out
 
 
-def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | None = None) -> RunSpec:
+def make_spec(config: dict, *, tp: int, budget: int, context: int, own: dict | None = None) -> LaunchSpec:
     server, model, workload = config["server"], config["model"], config["workload"]
-    return RunSpec(
+    return LaunchSpec(
         study=config["study"],
         backend=config["backend"],
         model_name=model["name"],
@@ -96,7 +96,7 @@ def excluded_here(capabilities: tuple[str, ...], present: set[str]) -> list[str]
     return sorted(set(capabilities) & present)
 
 
-def find_spec(config: dict, name: str) -> RunSpec:
+def find_spec(config: dict, name: str) -> LaunchSpec:
     """The spec whose name is ``name``; the error lists the names that exist."""
     specs = {s.name: s for s in expand_grid(config)}
     if name not in specs:
@@ -104,9 +104,9 @@ def find_spec(config: dict, name: str) -> RunSpec:
     return specs[name]
 
 
-def check_unique_names(specs: list[RunSpec]) -> None:
+def check_unique_names(specs: list[LaunchSpec]) -> None:
     """Two grid points must not share a result file (axis values like 1 and "1" would)."""
-    seen: dict[str, RunSpec] = {}
+    seen: dict[str, LaunchSpec] = {}
     for spec in specs:
         if spec.name in seen:
             raise ConfigError(f"grid points {seen[spec.name].values} and {spec.values} share the name {spec.name}; "

@@ -19,7 +19,7 @@ from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.servers import backends, templates
 from specsweep.servers.command import server_argv, server_env
-from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.spec import EMBEDDED, LaunchSpec
 from specsweep.study import targets
 from specsweep.study.grid import check_unique_names, expand_grid
 from specsweep.study.prompts import not_utf8, read_prompts_file
@@ -301,7 +301,7 @@ def model_path_problem(backend, model: str) -> str | None:
     return None
 
 
-def check_spec_command(spec: RunSpec) -> None:
+def check_spec_command(spec: LaunchSpec) -> None:
     """Template mistakes that would otherwise surface only after a launch (a spec given by hand)."""
     check_command(list(spec.command), list(spec.speculative_args), api_key_env=spec.api_key_env,
                   allow_remote_bind=spec.allow_remote_bind, axes=tuple(spec.axes))
@@ -335,7 +335,7 @@ def check_env(env: dict[str, str], axes: tuple[str, ...] = ()) -> None:
                               f"{name} in the environment that runs specsweep instead (the server inherits it)")
 
 
-def check_prompts_file(path: str, specs: list[RunSpec]) -> None:
+def check_prompts_file(path: str, specs: list[LaunchSpec]) -> None:
     """The prompts file exists, parses, and no prompt that will be used is surely too short.
 
     The exact token count needs the server's tokenizer (checked again at run time); here a
@@ -372,7 +372,7 @@ def provisioned(config: dict) -> dict[str, str]:
     return {kind: str(paths.manifest(target)) for kind, target in targets.of_study(config).items()}
 
 
-def shown_command(spec: RunSpec) -> str:
+def shown_command(spec: LaunchSpec) -> str:
     """The launch command as a plan shows it: rendered, with what is known only at run time named."""
     import shlex
 

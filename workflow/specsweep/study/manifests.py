@@ -15,7 +15,7 @@ from pathlib import Path
 from specsweep.errors import ConfigError
 from specsweep.records import paths
 from specsweep.servers import backends
-from specsweep.spec import EMBEDDED, RunSpec
+from specsweep.spec import EMBEDDED, LaunchSpec
 from specsweep.study import prompt_sets
 
 KINDS = ("binary", "model", "prompts")  # the path each kind of manifest holds; --<kind>-manifest hands one
@@ -61,7 +61,7 @@ def holding(path: Path | None, key: str, target: str) -> dict:
     return doc
 
 
-def resolve(spec: RunSpec, handed: Handed) -> tuple[RunSpec, dict | None]:
+def resolve(spec: LaunchSpec, handed: Handed) -> tuple[LaunchSpec, dict | None]:
     """The spec with its embedded server and model replaced by the provisioned paths, and its
     prompt set's manifest (by hand, without one: the cached set, provisioned if need be)."""
     backend = backends.get(spec.backend)

@@ -20,7 +20,7 @@ from specsweep.errors import ConfigError, InvalidResponse
 if TYPE_CHECKING:  # only for annotations: config imports the backends
     from specsweep.cache import Artifact
     from specsweep.records.request import RequestRecord
-    from specsweep.spec import RunSpec
+    from specsweep.spec import LaunchSpec
 
 CTX_HEADROOM = 16  # tokens of slack above prompt + output + drafts in flight
 
@@ -122,7 +122,7 @@ class Backend:
         before the server starts; nothing to check by default."""
 
     # --- launch -------------------------------------------------------------------------------
-    def ctx_size(self, spec: RunSpec) -> int:
+    def ctx_size(self, spec: LaunchSpec) -> int:
         """{ctx_size}: room for the longest request plus the drafts in flight."""
         return spec.context + spec.max_output_tokens + spec.budget + CTX_HEADROOM
 
@@ -156,10 +156,10 @@ class Backend:
         doc = post_json(f"{base_url}/tokenize", {"prompt": text, "add_special_tokens": False}, headers=headers)
         return token_list(doc.get("tokens"), "/tokenize")
 
-    def facts(self, base_url: str, spec: RunSpec, *, headers: dict[str, str] | None = None) -> Facts:
+    def facts(self, base_url: str, spec: LaunchSpec, *, headers: dict[str, str] | None = None) -> Facts:
         return Facts()
 
-    def check_context(self, spec: RunSpec, facts: Facts) -> Preflight:
+    def check_context(self, spec: LaunchSpec, facts: Facts) -> Preflight:
         """The running server must give one request room for the longest prompt + output: refused
         (ConfigError) where it does not, recorded as unchecked where it did not say."""
         return context_check(facts.max_context, spec.context + spec.max_output_tokens, facts.unread,
@@ -167,7 +167,7 @@ class Backend:
                              f"needs {{need}}; raise {{{{ctx_size}}}}'s flag in server.command or lower grid.context",
                              field=self.context_field)
 
-    def budget_meaning(self, spec: RunSpec) -> dict:
+    def budget_meaning(self, spec: LaunchSpec) -> dict:
         """What this configuration's budget meant on this server: the flag (or JSON key) it went
         to, the draft tokens a verification step that makes, and in words. The same number is a
         chain length on llama-server and vLLM, one more than the drafts on SGLang's NGRAM/EAGLE
@@ -176,7 +176,7 @@ class Backend:
             return {"flag": None, "drafts_per_step": 0, "means": "no speculation"}
         return {**self._budget_flag_meaning(spec), "acceptance": self.acceptance_from}
 
-    def _budget_flag_meaning(self, spec: RunSpec) -> dict:
+    def _budget_flag_meaning(self, spec: LaunchSpec) -> dict:
         flag = budget_flag(spec.speculative_args)
         known = next(((offset, words) for name, offset, words in self.budget_flags if name == flag), None)
         if known is None:

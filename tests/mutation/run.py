@@ -50,7 +50,7 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "servers/backends/sglang.py", "measure/goodput.py", "spec.py",
     "measure/host_facts.py", "measure/gpu_memory.py", "measure/gpu_watch.py", "measure/section_checks.py",
     "measure/interrupts.py",
-    "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py",
+    "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py", "records/store.py",
     "cache.py", "study/offline.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all

@@ -114,11 +114,6 @@ def legacy_folder(launches: Path) -> Path:
     return Path(launches).parent / LEGACY_RUNS.name
 
 
-def legacy_results(launches: Path) -> list[Path]:
-    """The result files still in the older layout (runs/), which a run carries into launches/."""
-    return result_files(legacy_folder(launches))
-
-
 def result_files(launches: Path) -> list[Path]:
     """Every result file in one launches folder (or an older runs/ folder), both layouts, sorted."""
     return sorted([*Path(launches).glob("*.json"), *Path(launches).glob("*/launch*.json")])

@@ -160,7 +160,7 @@ def prune_legacy(moved: Path) -> None:
     folder = paths.launches_of(moved)
     if folder.name != paths.LEGACY_RUNS.name:
         return
-    for empty in (moved.parent, folder) if moved.parent != folder else (folder,):
+    for empty in (moved.parent, folder):  # one folder twice for runs/<name>.json: the second finds it gone
         try:
             empty.rmdir()
         except OSError:

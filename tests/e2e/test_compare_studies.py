@@ -18,8 +18,8 @@ pytestmark = pytest.mark.e2e
 def study(threads: int, **extra) -> dict:
     """The server pinned to one core, on ``threads`` threads. Four threads on one core are slower by
     construction, whatever the host: each waits for the others at every step of a token's graph and
-    none adds compute (measured 2026-12-06 on a 2-core host, 64 streamed tokens: 25-27 tok/s against
-    46-57 for one thread; two threads, 37-40, left too little for five repeats to be sure of). Two
+    none adds compute (measured 2026-12-06 on a 2-core host, 64 streamed tokens: 25.4-26.5 tok/s
+    against 45.7-57.0 for one thread; two threads, 36.5-39.7, left too little for five repeats). Two
     threads on two cores against one, the test before, was a fact about the host: on that host it
     measured 44.7 against 39.3 tok/s once, which five repeats cannot call slower."""
     # retries left at the default: a section refused as host-not-quiet is retried, not a failed test.

@@ -245,8 +245,7 @@ def adoptable(measured: list[str], most: int, refused: SetAside, root: Path = Pa
     found, skip = {}, refused.launches()
     for name in measured:
         launches = [k for k in range(1, most + 1) if (name, k) not in skip
-                    and not (result := Path(root) / paths.launch_result(name, k)).exists()
-                    and paths.legacy_result(result) is not None]
+                    and paths.legacy_result(Path(root) / paths.launch_result(name, k)) is not None]
         if launches:
             found[name] = launches
     return found

@@ -10,7 +10,7 @@ from pathlib import Path
 
 RESULTS = Path("results")
 LAUNCHES = RESULTS / "launches"  # one result document per launch of a configuration: <name>/launch<k>.json
-# The same, as a results folder written before 2026-12 names it: read there, carried into LAUNCHES by
+# The same, as a results folder written before 2026-12-06 names it: read there, carried into LAUNCHES by
 # the run (rule adopt_launch), never written.
 LEGACY_RUNS = RESULTS / "runs"
 FAILURES = RESULTS / "failures"  # failure records, <name>/<time>-attempt<n>.json, kept across reruns
@@ -138,15 +138,11 @@ def launch_of(result: Path) -> int:
 
 
 def legacy_result(result: Path) -> Path | None:
-    """The older file that holds what ``result`` (<launches>/<name>/launch<k>.json) will: runs/<name>/
-    launch<k>.json, or for launch 1 runs/<name>.json; None where neither is there."""
+    """The older file (launch_results reads it) that holds what ``result``, <launches>/<name>/launch<k>.json,
+    will hold once carried over; None where there is none, or where ``result`` is there already."""
     result = Path(result)
-    legacy = legacy_folder(launches_of(result))
-    for candidate in (legacy / result.parent.name / result.name,
-                      legacy / f"{result.parent.name}.json" if launch_of(result) == 1 else None):
-        if candidate is not None and candidate.is_file():
-            return candidate
-    return None
+    found = launch_results(launches_of(result), result.parent.name).get(launch_of(result))
+    return found if found is not None and found != result else None
 
 
 def history_of(launches_dir: Path) -> Path:

@@ -46,15 +46,16 @@ def check_same_study(spec: LaunchSpec, launches_dir: Path) -> None:
     Aggregation would refuse it later (and measure that configuration again); refusing here
     keeps the folder's own result and says what to run instead.
     """
-    for path in paths.result_files(launches_dir):
+    for path in paths.study_result_files(launches_dir):
         try:
             other = store.read_result(path).spec.get("study")
         except store.InvalidResult:
             continue
         if other != spec.study:
+            folder = launches_dir if path.is_relative_to(launches_dir) else paths.legacy_folder(launches_dir)
             raise ConfigError(
-                f"{launches_dir} holds results of study {other!r} ({path.name}), and this run is of study "
-                f"{spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
+                f"{folder} holds results of study {other!r} ({path.relative_to(folder)}), and this run is of "
+                f"study {spec.study!r}: pass that study's file with --config, or write elsewhere with --out "
                 f"(and --failures-dir, --server-log)")
 
 

@@ -119,6 +119,15 @@ def result_files(launches: Path) -> list[Path]:
     return sorted([*Path(launches).glob("*.json"), *Path(launches).glob("*/launch*.json")])
 
 
+def study_result_files(launches: Path) -> list[Path]:
+    """Every result file a study's launches folder stands for: its own and, where it is a study's
+    results/launches, those of the older runs/ beside it (read where they lie, as launch_results
+    does). A launches folder named otherwise (a hand run's --out elsewhere) has no older layout."""
+    older = legacy_folder(launches)
+    beside = result_files(older) if Path(launches).name == LAUNCHES.name and older.is_dir() else []
+    return [*result_files(launches), *beside]
+
+
 def launches_of(result: Path) -> Path:
     """The folder a result file lies in: <launches>/<name>/launch<k>.json, or <folder>/<name>.json."""
     result = Path(result)

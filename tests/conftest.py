@@ -108,12 +108,26 @@ def pytest_configure(config):
         signal.signal(sig, _die_with_descendants)
 
 
+def still_running(procs: list[psutil.Process]) -> set[int]:
+    """The pids of those of ``procs`` still running, and of every descendant they have now."""
+    pids = set()
+    for proc in procs:
+        try:
+            if proc.is_running():  # the same process, not another on a reused pid
+                pids |= {proc.pid, *(child.pid for child in proc.children(recursive=True))}
+        except psutil.Error:
+            pass
+    return pids
+
+
 @pytest.fixture(autouse=True)
 def kill_what_the_test_started():
-    """Processes a test leaves behind are killed at its teardown (and named in a warning)."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    """Processes a test leaves behind are killed at its teardown (and named in a warning). What a
+    longer-lived fixture runs was there before the test, and is spared with whatever it started
+    meanwhile (a module's browser opens a page process per page): that fixture's teardown ends it."""
+    before = psutil.Process().children(recursive=True)
     yield
-    left = kill_descendants(spare=before)
+    left = kill_descendants(spare=still_running(before))
     if left:
         warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)}", stacklevel=2)
 

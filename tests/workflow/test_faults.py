@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import FAULT_SERVER, NAME, fault_study, launch_cli, start_cli
-from specsweep.errors import InvalidResponse
+from specsweep.errors import Interrupted, InvalidResponse
 from specsweep.records import store
 from specsweep.servers.probes import free_port
 from specsweep.study.grid import expand_grid
@@ -388,6 +388,8 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_wi
 
     real = runner.check_schedule
     monkeypatch.setattr(runner, "check_schedule", check_schedule)
+    ignored = []  # what Python ignored in the finalizer: the signal's exception, as in that run
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: ignored.append(unraisable.exc_type))
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     study = fault_study(model)
     out = tmp_path / "launches" / f"{NAME}.json"
@@ -400,6 +402,7 @@ def test_a_signal_whose_exception_a_finalizer_swallowed_still_ends_the_launch_wi
         signal.signal(signal.SIGINT, handlers[0])
         signal.signal(signal.SIGTERM, handlers[1])
         interrupts.received = None
+    assert ignored == [Interrupted]  # the signal did land inside the finalizer
     assert rc == 143 and not out.exists()
     record = store.latest_failure(tmp_path / "failures", NAME).to_json()
     assert record["class"] == "interrupted" and record["section"] == "short" and "SIGTERM" in record["reason"]

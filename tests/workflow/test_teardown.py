@@ -85,7 +85,6 @@ def test_pytest_ended_by_a_signal_kills_what_its_tests_started(tmp_path):
             psutil.Process(child).kill()
 
 
-
 # A module's long-lived process (a browser) that starts a child of its own during a test (a page
 # process), and a process the test itself leaves.
 PARENT = """

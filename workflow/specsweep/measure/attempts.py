@@ -52,7 +52,7 @@ def check_same_study(spec: LaunchSpec, launches_dir: Path) -> None:
         except store.InvalidResult:
             continue
         if other != spec.study:
-            folder = launches_dir if path.is_relative_to(launches_dir) else paths.legacy_folder(launches_dir)
+            folder = paths.launches_of(path)  # launches/, or the older runs/ beside it
             raise ConfigError(
                 f"{folder} holds results of study {other!r} ({path.relative_to(folder)}), and this run is of "
                 f"study {spec.study!r}: pass that study's file with --config, or write elsewhere with --out "

@@ -121,8 +121,9 @@ def result_files(launches: Path) -> list[Path]:
 
 def study_result_files(launches: Path) -> list[Path]:
     """Every result file a study's launches folder stands for: its own and, where it is a study's
-    results/launches, those of the older runs/ beside it (read where they lie, as launch_results
-    does). A launches folder named otherwise (a hand run's --out elsewhere) has no older layout."""
+    results/launches, those of the older runs/ beside it (both older layouts, as launch_results
+    reads them). A folder named otherwise (a hand run's --out elsewhere) has no older layout: a
+    runs/ beside it is not this study's."""
     older = legacy_folder(launches)
     beside = result_files(older) if Path(launches).name == LAUNCHES.name and older.is_dir() else []
     return [*result_files(launches), *beside]

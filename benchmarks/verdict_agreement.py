@@ -103,14 +103,14 @@ def launches_of(folder: Path) -> int:
 
 def noise(folder: Path) -> list[float]:
     """Each cell's standard deviation of log throughput between launches, pooled over its budgets."""
-    from specsweep.analysis import aggregate, verdict
+    from specsweep.analysis import cells, verdict
 
     summary = pd.read_csv(folder / "results" / "summary.csv", dtype={"launch_tok_s": str, "repeat_tok_s": str})
     ok = summary[summary["status"] == "ok"]
     keys = [c for c in ("tp", "context", "section", "load") if c in ok.columns]
     spreads = []
     for _, cell in ok.groupby(keys):
-        samples, basis = aggregate.cell_units(cell)
+        samples, basis = cells.cell_units(cell)
         pooled = verdict.pool(samples)
         if basis == verdict.LAUNCHES and pooled.df > 0:
             spreads.append(pooled.s)

@@ -14,7 +14,7 @@ from specsweep.servers import backends
 from specsweep.study.prompts import prompt_id
 
 
-def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> list[RequestRecord]:
+def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05, drafts: int = 0) -> list[RequestRecord]:
     out, t = [], 0.0
     for index in range(section.requests):
         end = t + ttft + (section.output_tokens - 1) / tok_s
@@ -23,19 +23,22 @@ def records_for(section: study.Section, *, tok_s: float, ttft: float = 0.05) -> 
             section=section.name, index=index, prompt_tokens=64, output_tokens=section.output_tokens,
             t_scheduled=t, t_send=t, t_first_token=t + ttft, t_end=end, chunk_t=chunk_t,
             chunk_tokens=(1,) * section.output_tokens,
-            server_predicted_per_second=tok_s, draft_tokens=0, draft_accepted=0,
+            server_predicted_per_second=tok_s, draft_tokens=drafts, draft_accepted=drafts // 2,
         ))
         t = end
     return out
 
 
-def result_doc(spec: study.LaunchSpec, *, tok_s: float = 100.0) -> dict:
-    """A valid result document for a spec, every section at about tok_s."""
+def result_doc(spec: study.LaunchSpec, *, tok_s: float = 100.0, drafts: int | None = None) -> dict:
+    """A valid result document for a spec, every section at about tok_s; each request drafted
+    ``drafts`` tokens (default: four per unit of budget, none at budget 0)."""
+    drafts = 4 * spec.budget if drafts is None else drafts
     sections = []
     for section in spec.sections:
         runs = []
         for repeat in range(spec.repeats):
-            records = [replace(r, repeat=repeat) for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat))]
+            records = [replace(r, repeat=repeat)
+                       for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat), drafts=drafts)]
             runs.append((records, records[-1].t_end - records[0].t_send))
         key = (section.name, section.load)
         runs = [([replace(r, prompt_sha256=prompt_id((*key, r.repeat, r.index))) for r in records], wall)

@@ -9,7 +9,7 @@ import pytest
 
 from factories import result_doc
 from specsweep import study
-from specsweep.analysis import aggregate, ledger, partial_reports
+from specsweep.analysis import aggregate, cells, ledger, partial_reports
 from specsweep.analysis.plot import Facets, plot_summary
 from specsweep.errors import ServerDied
 from specsweep.records import store
@@ -223,9 +223,9 @@ def test_a_configurations_launches_merge_into_one_row_per_section_with_every_lau
     for section, row in zip(docs[0]["sections"], frame.to_dict("records")):
         pair = [d["sections"][docs[0]["sections"].index(section)] for d in docs]
         assert row["launches"] == 2 and row["status"] == "ok"
-        assert aggregate.values_of(row["launch_tok_s"]) == pytest.approx([s["output_tok_s"] for s in pair], rel=1e-5)
+        assert cells.values_of(row["launch_tok_s"]) == pytest.approx([s["output_tok_s"] for s in pair], rel=1e-5)
         repeats = [r for s in pair for r in s["output_tok_s_repeats"]]
-        assert aggregate.values_of(row["repeat_tok_s"]) == pytest.approx(repeats, rel=1e-5) and len(repeats) == 4
+        assert cells.values_of(row["repeat_tok_s"]) == pytest.approx(repeats, rel=1e-5) and len(repeats) == 4
         assert row["output_tok_s_min"] == min(s["output_tok_s_min"] for s in pair)
         assert row["output_tok_s_max"] == max(s["output_tok_s_max"] for s in pair)
         for key in ("requests", "output_tokens", "wall_s"):
@@ -281,10 +281,14 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
         assert fast["speedup"] == pytest.approx(fast["output_tok_s"] / base["output_tok_s"])
         assert fast["speedup_min"] == pytest.approx(fast["output_tok_s_min"] / base["output_tok_s"])
         assert fast["speedup_max"] == pytest.approx(fast["output_tok_s_max"] / base["output_tok_s"])
-        units = {b: aggregate.values_of(ok.loc[(b, section)]["launch_tok_s"]) for b in (0, 4)}
-        interval = verdict.speedup_interval(units, 4, confidence=0.95)
-        assert (fast["speedup_low"], fast["speedup_high"]) == pytest.approx(interval)
-        assert fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
+        # The interval is the paired design's (every budget's launch k sent the same prompts),
+        # about the geometric mean of the per-prompt speedups, which lies inside it.
+        found = cells.evidence(frame)[(1, 128, section, "c1")]
+        assert found.basis == verdict.PROMPTS and found.units == 2
+        assert (fast["speedup_low"], fast["speedup_high"]) == pytest.approx(
+            verdict.interval(found.estimates, 4, confidence=0.95))
+        assert fast["speedup_low"] < fast["speedup_paired"] < fast["speedup_high"]
+        assert base["speedup_paired"] == 1.0 and 1.4 < fast["speedup_paired"] < 1.6
     # add_speedup's own default is the 95% the study's schema defaults to.
     again = aggregate.add_speedup(frame.drop(columns=["speedup_low", "speedup_high"]), defaults("verdict"))
     assert list(again["speedup_low"].dropna()) == pytest.approx(list(frame["speedup_low"].dropna()))
@@ -298,10 +302,15 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
 
 
 class _Launch:
-    """One launch's result as merged_rows reads it (Result.summary_rows and repeat_rates)."""
+    """One launch's result as merged_rows reads it (Result.summary_rows, repeat_rates, prompt_rates
+    and timing)."""
 
     def __init__(self, rows: list[dict], repeats: dict):
         self.rows, self.repeats = rows, repeats
+        self.timing = {"job_s": 10.0, "sections_s": 6.0}
+
+    def prompt_rates(self) -> dict:
+        return {key: [(f"p{i}", v) for i, v in enumerate(values)] for key, values in self.repeats.items()}
 
     def summary_rows(self) -> list[dict]:
         return self.rows
@@ -321,11 +330,14 @@ def test_a_goodput_row_merges_its_launches_searches_steps_and_convergence():
                "search_steps": steps, "search_converged": converged}
         return _Launch([chat, slo], {("chat", "c1"): [tok_s - 1, tok_s + 1]})
 
-    chat, slo = aggregate.merged_rows([launch(10.0, 5, True), launch(20.0, 7, False)])
+    chat, slo = aggregate.merged_rows([(1, launch(10.0, 5, True)), (2, launch(20.0, 7, False))])
     assert (slo["search_steps"], slo["search_converged"]) == (12, False)
     assert slo["output_tok_s_min"] is None and slo["output_tok_s_max"] is None and slo["repeat_tok_s"] == ""
     assert (slo["requests"], slo["output_tokens"], slo["wall_s"]) == (16, 256, 8.0)
     assert slo["launch_tok_s"] == "5 10" and slo["output_tok_s"] == 7.5 and slo["launches"] == 2
     assert chat["repeat_tok_s"] == "9 11 19 21" and "search_steps" not in chat and "search_converged" not in chat
-    both = aggregate.merged_rows([launch(10.0, 5, True), launch(20.0, 7, True)])[1]
+    # Each request by launch and prompt (the paired verdict's units); the search's row has none.
+    assert chat["prompt_tok_s"] == "1:p0:9 1:p1:11 2:p0:19 2:p1:21" and slo["prompt_tok_s"] == ""
+    assert chat["launch_overhead_s"] == slo["launch_overhead_s"] == 4.0
+    both = aggregate.merged_rows([(1, launch(10.0, 5, True)), (2, launch(20.0, 7, True))])[1]
     assert both["search_converged"] is True

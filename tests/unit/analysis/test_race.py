@@ -7,7 +7,7 @@ import random
 import pandas as pd
 
 from factories import launches
-from specsweep.analysis import aggregate, answer, race
+from specsweep.analysis import aggregate, answer, ledger, race
 from specsweep.records import status
 from specsweep.study.loading import defaults
 
@@ -28,7 +28,8 @@ def frame_of(draws: dict[tuple[int, int], list[float]], taken: dict[tuple[int, i
 
 def race_on(draws: dict, most: int) -> dict:
     """Launches each configuration gets when rounds race from 2 launches up to ``most``."""
-    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": most}}}
+    config = {"workload": {"launches": 2},
+              "verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": most}}}
     taken = dict.fromkeys(draws, 2)
     for round_ in range(2, most):
         names, _ = race.contenders(config, frame_of(draws, taken), round_)
@@ -42,7 +43,7 @@ def race_on(draws: dict, most: int) -> dict:
 
 def test_racing_reaches_the_fixed_designs_verdict_with_fewer_launches():
     # ctx 128: budget 8 far ahead (decided at once); ctx 1024: 4 ahead of 8 by 10%, under 5% noise.
-    truth = {128: {0: 100.0, 4: 120.0, 8: 180.0}, 1024: {0: 100.0, 4: 115.0, 8: 104.0}}
+    truth = {128: {0: 100.0, 4: 120.0, 8: 260.0}, 1024: {0: 100.0, 4: 115.0, 8: 104.0}}
     most, spent, raced_on = 8, [], 0
     for seed in range(6, 15):
         rng = random.Random(seed)
@@ -61,7 +62,8 @@ def test_racing_reaches_the_fixed_designs_verdict_with_fewer_launches():
 def test_racing_stops_at_its_most_launches_and_never_resumes_a_stopped_configuration():
     # One true rate, launches 10% apart: nothing can be separated.
     draws = {(128, 0): [100.0, 110.0, 95.0, 104.0], (128, 4): [108.0, 97.0, 103.0, 96.0]}
-    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 3}}}
+    config = {"workload": {"launches": 2},
+              "verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 3}}}
     names, cells = race.contenders(config, frame_of(draws, dict.fromkeys(draws, 2)), 2)
     assert names == ["tp1-b0-ctx128", "tp1-b4-ctx128"]
     assert cells == ["tp 1 context 128 section short load c1: undecided 0 4"]
@@ -75,11 +77,28 @@ def test_racing_stops_at_its_most_launches_and_never_resumes_a_stopped_configura
 def test_racing_takes_every_undecided_cell_in_grid_order_at_the_studys_own_confidence_and_tie():
     # Two cells, both undecided at 95%; the grid lists context 1024 first, so its names come first.
     draws = {(1024, 0): [100.0, 110.0], (1024, 4): [104.0, 99.0], (128, 0): [100.0, 96.0], (128, 4): [103.0, 98.0]}
-    config = {"verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 4}}}
+    config = {"workload": {"launches": 2},
+              "verdict": {"confidence": 0.95, "tie": 0.01, "until_decided": {"max_launches": 4}}}
     names, cells = race.contenders(config, frame_of(draws, dict.fromkeys(draws, 2)), 2)
     assert names == ["tp1-b0-ctx1024", "tp1-b4-ctx1024", "tp1-b0-ctx128", "tp1-b4-ctx128"] and len(cells) == 2
-    # The study's own confidence and tie decide, not the defaults: at 50% confidence, or with a 20%
-    # tie, both cells are settled and nothing is raced.
-    for settings in ({"confidence": 0.5}, {"tie": 0.2}):
-        study = {"verdict": {**config["verdict"], **settings}}
-        assert race.contenders(study, frame_of(draws, dict.fromkeys(draws, 2)), 2) == ([], []), settings
+    # The study's own tie decides, not the default: with a 50% tie both cells are settled.
+    study = {**config, "verdict": {**config["verdict"], "tie": 0.5}}
+    assert race.contenders(study, frame_of(draws, dict.fromkeys(draws, 2)), 2) == ([], [])
+
+
+def test_each_round_looks_at_the_stated_error_split_over_the_looks_racing_may_take():
+    """The stopping rule: racing from 2 launches to 4 looks 3 times (after rounds 2 and 3, and the
+    answer), so each look is held to 1 - 0.05 / 3; a cell whose best set at 95% is one budget but
+    at 98.3% two is still raced."""
+    assert answer.look_confidence({"confidence": 0.95}, 3) == 1 - 0.05 / 3
+    assert answer.look_confidence({"confidence": 0.9}, 1) == 0.9
+    assert ledger.looks({"workload": {"launches": 2}, "verdict": {"until_decided": {"max_launches": 4}}}) == 3
+    assert ledger.looks({"workload": {"launches": 3}, "verdict": {"until_decided": None}}) == 1
+    draws = {(128, 0): [100.0, 103.0], (128, 4): [108.0, 111.5]}
+    frame = frame_of(draws, dict.fromkeys(draws, 2))
+    once = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01}).iloc[0]
+    thrice = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01}, looks=3).iloc[0]
+    assert (once["best_set"], thrice["best_set"]) == ("4", "0 4") and thrice["confidence"] == 0.95
+    config = {"workload": {"launches": 2}, "verdict": {"confidence": 0.95, "tie": 0.01,
+                                                       "until_decided": {"max_launches": 4}}}
+    assert race.contenders(config, frame, 2)[0] == ["tp1-b0-ctx128", "tp1-b4-ctx128"]

@@ -1,4 +1,5 @@
 """From valid results to answers: which results stand and what each configuration is owed
-(ledger), the summary (aggregate), the best budget and racing (verdict, answer, race), the figure
+(ledger), the summary (aggregate), what each cell is decided on (cells) and its variance at each
+level (variance), the best budget and racing (verdict, answer, race), the figure
 (plot), the report (report), the reports after a failed run (partial_reports), the comparison of two
 studies (compare) and the study's hand-over (archive)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from specsweep import axes
-from specsweep.analysis import verdict
+from specsweep.analysis import cells
 from specsweep.analysis.ledger import (
     exclusion_reason,
     launch_words,
@@ -19,15 +19,17 @@ from specsweep.analysis.ledger import (
 )
 from specsweep.errors import IncomparableResults
 from specsweep.records import paths
-from specsweep.records.result import METRICS, SEARCH_COLUMNS
-from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_RUN, OK
+from specsweep.records.result import METRICS, SEARCH_COLUMNS, Result
+from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_ENGAGED, NOT_RUN, OK
 from specsweep.records.store import InvalidResult, latest_failure, read_result, write_text_atomic
 from specsweep.spec import LaunchSpec
 from specsweep.study.grid import expand_grid
 
 # Declared with the result document that fills them; then how many launches a row's figures are
-# the mean of, and each launch's and each repeat's throughput (the verdict's units).
-METRIC_COLUMNS = [*METRICS, *SEARCH_COLUMNS, "launches", "launch_tok_s", "repeat_tok_s"]
+# the mean of, each launch's and each repeat's throughput, each request's by launch and prompt (the
+# verdict's units), and what a launch costs beside its sections (the verdict's price of a launch).
+METRIC_COLUMNS = [*METRICS, *SEARCH_COLUMNS, "launches", "launch_tok_s", "repeat_tok_s", "prompt_tok_s",
+                  "launch_overhead_s"]
 
 
 def key_columns(axis_names: list[str]) -> list[str]:
@@ -61,9 +63,12 @@ def _rows_for(config: dict, spec: LaunchSpec, launches_dir: Path, failures_dir: 
             return _status_rows(base, spec, INVALID, launch_words(launch, str(exc)))
         if (other := measured_otherwise(result, replace(spec, launch=launch))) is not None:
             return _status_rows(base, spec, INVALID, launch_words(launch, other))
-        results.append(result)
+        results.append((launch, result))
     wanted = range(1, min(launches_planned(config), last) + 1)
     if results and all(k in found for k in wanted):
+        if spec.budget > 0 and not drafted(result for _, result in results):
+            return _status_rows(base, spec, NOT_ENGAGED, f"budget {spec.budget}: the server drafted no token in any "
+                                f"section of {len(results)} launch(es), so this is not a measurement of the budget")
         return [{**base, "status": OK, "reason": "", **row} for row in merged_rows(results)]
     failure = latest_failure(failures_dir, spec.name)
     if failure is not None:
@@ -73,19 +78,35 @@ def _rows_for(config: dict, spec: LaunchSpec, launches_dir: Path, failures_dir: 
                         f"launch {' '.join(map(str, missing))} of {len(wanted)} not run, and no failure record")
 
 
-def merged_rows(results: list) -> list[dict]:
-    """A configuration's summary rows from all its launches: per section and load the mean of the
-    launches' figures (output tok/s: each launch's tokens over its wall time), the extremes of
-    their repeats, and every launch's and repeat's throughput for the verdict."""
-    per_launch = [result.summary_rows() for result in results]
-    repeats = [result.repeat_rates() for result in results]
+def drafted(results) -> bool:
+    """Whether any section (goodput search steps included) of any launch drafted a token; True where
+    a section does not say (older results), so that only a server's own zero counts as none."""
+    for result in results:
+        for section in result.sections + result.search_sections:
+            if section.get("draft_tokens") is None or section["draft_tokens"] > 0:
+                return True
+    return False
+
+
+def merged_rows(launches: list[tuple[int, Result]]) -> list[dict]:
+    """A configuration's summary rows from all its launches (launch index, result): per section and
+    load the mean of the launches' figures (output tok/s: each launch's tokens over its wall time),
+    the extremes of their repeats, and every launch's, repeat's and request's throughput for the
+    verdict."""
+    per_launch = [result.summary_rows() for _, result in launches]
+    repeats = [result.repeat_rates() for _, result in launches]
+    prompts = [(k, result.prompt_rates()) for k, result in launches]
+    overhead = _mean_of([_overhead(result) for _, result in launches])
     rows = []
     for index, first in enumerate(per_launch[0]):
         same = [rows_k[index] for rows_k in per_launch]
         row = {key: _mean_of([r.get(key) for r in same]) for key in first}
         where = (first["section"], first["load"])  # the same in every launch, as _mean_of keeps it
         row.update(launches=len(same), launch_tok_s=_values([r.get("output_tok_s") for r in same]),
-                   repeat_tok_s=_values([v for rates in repeats for v in rates.get(where, ())]))
+                   repeat_tok_s=_values([v for rates in repeats for v in rates.get(where, ())]),
+                   prompt_tok_s=" ".join(f"{k}:{sha[:16]}:{v:.6g}" for k, rates in prompts
+                                         for sha, v in rates.get(where, ())),
+                   launch_overhead_s=overhead)
         for key, pick in (("output_tok_s_min", min), ("output_tok_s_max", max)):
             values = [r.get(key) for r in same if r.get(key) is not None]
             row[key] = pick(values) if values else None
@@ -96,6 +117,15 @@ def merged_rows(results: list) -> list[dict]:
             row["search_converged"] = all(bool(r.get("search_converged")) for r in same)
         rows.append(row)
     return rows
+
+
+def _overhead(result: Result) -> float | None:
+    """Seconds of a launch not spent in its sections: the server's start, the prompts' making, the
+    warmup and the teardown."""
+    timing = result.timing or {}
+    if timing.get("job_s") is None or timing.get("sections_s") is None:
+        return None
+    return max(0.0, timing["job_s"] - timing["sections_s"])
 
 
 def _mean_of(values: list):
@@ -112,13 +142,6 @@ def _values(values: list) -> str:
     return " ".join(f"{v:.6g}" for v in values if v is not None)
 
 
-def values_of(cell) -> list[float]:
-    """The numbers of a launch_tok_s or repeat_tok_s cell."""
-    if isinstance(cell, str):
-        return [float(v) for v in cell.split()]
-    return [] if cell is None or not axes.is_number(cell) or math.isnan(cell) else [float(cell)]
-
-
 def _status_rows(base: dict, spec: LaunchSpec, status: str, reason: str) -> list[dict]:
     return [{**base, axes.SECTION: section, axes.LOAD: load, "status": status, "reason": reason}
             for section, load in spec.points]
@@ -127,12 +150,14 @@ def _status_rows(base: dict, spec: LaunchSpec, status: str, reason: str) -> list
 def add_speedup(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
     """speedup = output tok/s over that of budget 0 at the same values of every other axis, section
     and load (in the goodput search's row: goodput over budget 0's goodput), with its interval at
-    ``settings["confidence"]`` (the study's verdict:) from the launches (verdict.speedup_interval).
+    ``settings["confidence"]`` (the study's verdict:) from the cell's evidence (analysis/cells.py),
+    and where the requests pair, speedup_paired: the geometric mean over the prompts of the
+    per-prompt speedup, the figure that interval is about.
 
     Left empty where either side has no valid result: a missing baseline is not a speedup of 1.
     """
     ok = frame[frame["status"] == OK]
-    same = [a for a in axes.columns(frame.columns) if a != "budget"] + axes.within(frame.columns)
+    same = cells.keys_of(frame.columns)
     base = ok[ok["budget"] == 0].set_index(same)["output_tok_s"]
     keys = list(zip(*(frame[c] for c in same)))
     baseline = pd.Series([base.get(k) for k in keys], index=frame.index, dtype="float64")
@@ -142,26 +167,16 @@ def add_speedup(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
     # The spread of this configuration's repeats, against the baseline's mean.
     frame["speedup_min"] = frame["output_tok_s_min"].astype("float64") / baseline
     frame["speedup_max"] = frame["output_tok_s_max"].astype("float64") / baseline
-    frame["speedup_low"], frame["speedup_high"] = math.nan, math.nan
-    for _, cell in frame[frame["status"] == OK].groupby(same, sort=False):
-        samples, basis = cell_units(cell)
-        if basis != verdict.LAUNCHES:
-            continue  # one launch's repeats would give an interval narrower than the noise: none
-        for index, row in cell.iterrows():
-            interval = verdict.speedup_interval(samples, int(row["budget"]), confidence=settings["confidence"])
+    frame["speedup_low"], frame["speedup_high"], frame["speedup_paired"] = math.nan, math.nan, math.nan
+    for key, found in cells.evidence(frame).items():
+        where = (frame["status"] == OK) & (frame[same] == pd.Series(dict(zip(same, key)))).all(axis=1)
+        for index in frame.index[where]:
+            budget = int(frame.loc[index, "budget"])
+            interval = cells.speedup_interval(found, budget, confidence=settings["confidence"])
             if interval is not None:
                 frame.loc[index, ["speedup_low", "speedup_high"]] = interval
+            frame.loc[index, "speedup_paired"] = cells.paired_speedup(found, budget)
     return frame
-
-
-def cell_units(cell: pd.DataFrame) -> tuple[dict[int, list[float]], str]:
-    """The verdict's units of one cell's measured rows, by budget: their launches' throughputs, or
-    (one launch each) their repeats'."""
-    cell = cell.dropna(subset=["output_tok_s"])
-    launches = {int(r["budget"]): values_of(r.get("launch_tok_s")) or [float(r["output_tok_s"])]
-                for _, r in cell.iterrows()}
-    repeats = {int(r["budget"]): values_of(r.get("repeat_tok_s")) for _, r in cell.iterrows()}
-    return verdict.units(launches, repeats)
 
 
 def check_comparable(config: dict, launches_dir: Path) -> None:

@@ -6,23 +6,27 @@ without a result, as results/best.csv holds it. analysis/report.py presents it; 
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+from scipy import stats
 
 from specsweep import axes
-from specsweep.analysis import aggregate, verdict
+from specsweep.analysis import cells, variance, verdict
 from specsweep.records.status import OK
 
 RESULT_COLUMNS = ["best_budget", "verdict", "best_set", "within_noise", "highest_budget", "output_tok_s",
                   "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high", "speedup_min",
-                  "speedup_max", "sustained_rate_rps", "confidence", "basis", "launches", "budgets_measured",
-                  "budgets_missing"]
+                  "speedup_max", "sustained_rate_rps", "confidence", "basis", "launches", "prompts",
+                  "launch_sd", "interaction_sd", "needs_launches", "needs_prompts", "needs",
+                  "budgets_measured", "budgets_missing"]
 FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high",
            "speedup_min", "speedup_max")
 
 
 def groups_of(frame: pd.DataFrame) -> list[str]:
     """What the best budget is chosen per: every axis but the budget, then the section and load."""
-    return [a for a in axes.columns(frame.columns) if a != "budget"] + axes.within(frame.columns)
+    return cells.keys_of(frame.columns)
 
 
 def keys_of_best(best: pd.DataFrame) -> list[str]:
@@ -31,17 +35,29 @@ def keys_of_best(best: pd.DataFrame) -> list[str]:
     return cols[:cols.index("best_budget")]
 
 
-def best_table(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
+def look_confidence(settings: dict, looks: int = 1) -> float:
+    """The confidence each look at the data is held to, so that the study keeps its stated one:
+    racing looks once after every round and may stop a configuration at any of them, so the
+    stated error is split evenly over the looks it may take (Bonferroni's inequality: the chance
+    that the true best is ever left out is at most the sum over the looks)."""
+    return 1 - (1 - settings["confidence"]) / max(1, looks)
+
+
+def best_table(frame: pd.DataFrame, settings: dict, *, looks: int = 1) -> pd.DataFrame:
     """Per value of every other axis, section and load (a cell): the verdict (analysis/verdict.py,
-    at the confidence and tie of ``settings``, the study's verdict:) on the budgets measured
-    there, with the figures of the budget it names (or, undecided, of the highest), the speedup's
-    interval, and the budgets without a result.
+    at the confidence and tie of ``settings``, the study's verdict:, each of ``looks`` looks at
+    look_confidence) on the budgets measured there, from the cell's evidence (analysis/cells.py),
+    with the figures of the budget it names (or, undecided, of the highest), the speedup and its
+    interval, what the verdict rests on and, undecided, what it would need, and the budgets
+    without a result.
 
     Budget 0 competes too: when speculation is slower, the answer is 0. A budget without a
     result is never a candidate: it is listed as missing, never counted as zero.
     """
     rows = []
     keys, inside = groups_of(frame), axes.within(frame.columns)
+    confidence = look_confidence(settings, looks)
+    evidence = cells.evidence(frame)
     # The axes in their sort order, sections and loads in the workload's.
     order = {c: {v: i for i, v in enumerate(dict.fromkeys(frame[c]))} for c in inside}
     groups = sorted(frame.groupby(keys, sort=False),
@@ -56,18 +72,69 @@ def best_table(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
             rows.append({**where, "best_budget": None, "budgets_measured": _budgets(measured["budget"]),
                          "budgets_missing": _budgets(missing)})
             continue
-        samples, basis = aggregate.cell_units(valued)
-        confidence = settings["confidence"]
-        found = verdict.decide(samples, confidence=confidence, tie=settings["tie"], basis=basis)
-        shown = valued[valued["budget"] == (found.highest if found.named is None else found.named)].iloc[0]
+        found = evidence[key]
+        decided = _decide(found, confidence, settings["tie"])
+        head = decided.highest if decided.named is None else decided.named
+        shown = valued[valued["budget"] == head].iloc[0]
         rows.append({
-            **where, "best_budget": found.named, "verdict": found.state, "best_set": _budgets(found.members),
-            "within_noise": _budgets(found.others), "highest_budget": found.highest,
-            **{c: shown.get(c) for c in FIGURES}, "sustained_rate_rps": shown.get("sustained_rate_rps"),
-            "confidence": confidence, "basis": found.basis, "launches": found.units,
+            **where, "best_budget": decided.named, "verdict": decided.state, "best_set": _budgets(decided.members),
+            "within_noise": _budgets(decided.others), "highest_budget": decided.highest,
+            **{c: shown.get(c) for c in FIGURES}, **_paired_figures(found, head, confidence),
+            "sustained_rate_rps": shown.get("sustained_rate_rps"), "confidence": settings["confidence"],
+            "basis": decided.basis, "launches": decided.units, **_rests_on(found),
+            **_needs(found, decided, valued, settings["tie"], confidence),
             "budgets_measured": _budgets(valued["budget"]), "budgets_missing": _budgets(missing),
         })
     return pd.DataFrame(rows, columns=keys + RESULT_COLUMNS)
+
+
+def _decide(found: cells.Evidence, confidence: float, tie: float) -> verdict.Verdict:
+    if found.estimates is None:
+        return verdict.decide(found.samples, confidence=confidence, tie=tie, basis=found.basis)
+    return verdict.best_set(found.estimates, confidence=confidence, tie=tie, basis=found.basis, units=found.units)
+
+
+def _paired_figures(found: cells.Evidence, budget: int, confidence: float) -> dict:
+    """Where the requests pair, the speedup is the geometric mean of the per-prompt speedups and
+    its interval the paired design's (else the figures' ratio of mean throughputs stands)."""
+    speedup = cells.paired_speedup(found, budget)
+    if speedup is None:
+        return {}
+    low, high = cells.speedup_interval(found, budget, confidence=confidence)
+    return {"speedup": speedup, "speedup_low": low, "speedup_high": high}
+
+
+def _rests_on(found: cells.Evidence) -> dict:
+    """The paired design's size and the noise at each level it measured (log scale, ~ relative)."""
+    if found.design is None:
+        return {}
+    return {"prompts": round(found.design.prompts, 2), "launch_sd": math.sqrt(found.variance.launch),
+            "interaction_sd": math.sqrt(found.variance.interaction)}
+
+
+def _needs(found: cells.Evidence, decided: verdict.Verdict, valued: pd.DataFrame, tie: float,
+           confidence: float) -> dict:
+    """What an undecided cell would need, for the differences it measured: launches per budget at
+    the prompts per launch that cost least (Kalibera & Jones), from the variance at each level."""
+    if decided.state != verdict.UNDECIDED or found.design is None:
+        return {}
+    spread, design = found.variance, found.design
+    means = design.estimates
+    gaps = [means[decided.highest] - means[b] for b in decided.others]
+    per_prompt = (valued["wall_s"] / valued["requests"]).mean() if "wall_s" in valued else math.nan
+    overhead = valued["launch_overhead_s"].mean() if "launch_overhead_s" in valued else math.nan
+    ratio = overhead / per_prompt if per_prompt > 0 and not math.isnan(overhead) else 1.0
+    prompts = variance.optimal_prompts(spread.launch, spread.interaction, ratio, least=design.prompts)
+    # Bonferroni's t at today's degrees of freedom: above Dunnett's d, and more data only lowers it.
+    critical = float(stats.t.ppf(1 - (1 - confidence) / max(1, len(decided.members) - 1), verdict.degrees(spread.df)))
+    launches = variance.launches_needed(gaps, launch=spread.launch, interaction=spread.interaction,
+                                        prompts=prompts, critical=critical, margin=math.log1p(tie))
+    if launches is None:
+        return {"needs": "out of reach: the budgets measured within the tie margin or beyond "
+                         f"{variance.MOST_LAUNCHES} launches"}
+    launches = max(launches, decided.units + 1)  # what it has did not decide: at least one more
+    return {"needs_launches": launches, "needs_prompts": prompts,
+            "needs": f"about {launches} launches of {prompts} prompts per section"}
 
 
 def _budgets(values) -> str:

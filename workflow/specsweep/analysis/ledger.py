@@ -80,6 +80,12 @@ def most_launches(config: dict) -> int:
     return racing["max_launches"] if racing else launches_planned(config)
 
 
+def looks(config: dict) -> int:
+    """How often the verdict looks at the data before the answer: once, or with racing once after
+    each round it may run (workload.launches up to max_launches), the last one the answer's."""
+    return most_launches(config) - launches_planned(config) + 1
+
+
 def launch_words(launch: int, reason: str) -> str:
     return reason if launch == 1 else f"launch {launch}: {reason}"
 

@@ -19,7 +19,7 @@ from specsweep.analysis import aggregate
 from specsweep.errors import advice_for
 from specsweep.records import paths
 from specsweep.records.failure import Failure
-from specsweep.records.status import EXCLUDED, FAILED, INVALID, OK
+from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_ENGAGED, SETTLED
 from specsweep.records.store import latest_failure
 
 
@@ -45,7 +45,7 @@ def report_failed_run(config: dict, root: Path = Path(".")) -> str:
 def clean(config: dict, root: Path = Path(".")) -> None:
     """Once every configuration has a valid result or is excluded, drop the partial reports."""
     frame = aggregate.summarize(config, root / paths.LAUNCHES, root / paths.FAILURES)
-    if not frame["status"].isin([OK, EXCLUDED]).all():
+    if not frame["status"].isin(SETTLED).all():
         return
     for path in paths.PARTIAL_REPORTS:
         (root / path).unlink(missing_ok=True)
@@ -89,12 +89,16 @@ def next_steps(bad: pd.DataFrame, records: dict[str, Failure | None]) -> list[st
         if row.status == EXCLUDED:
             continue
         record = records.get(row.name)
-        name = record.failure_class if record else ("invalid-result" if row.status == INVALID else "not run")
+        name = record.failure_class if record else {INVALID: "invalid-result", NOT_ENGAGED: NOT_ENGAGED}.get(
+            row.status, "not run")
         by_class.setdefault(name, []).append(row.name)
     lines = []
     for name, names in by_class.items():
-        what = ("run the main command: they have neither a result nor a failure record" if name == "not run"
-                else advice_for(name))
+        what = {"not run": "run the main command: they have neither a result nor a failure record",
+                NOT_ENGAGED: "check that the server applies the budget (server.speculative_args: the flag before "
+                             "{budget}) and that the prompts give the method something to draft (an n-gram method "
+                             "drafts nothing without repeated n-grams); the launches stand, measuring them again "
+                             "would change nothing"}.get(name) or advice_for(name)
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"Next, for {name} ({shown}): {what}.")
     return lines

@@ -1,5 +1,5 @@
 """What the Snakemake report shows besides the figures: the answer (the best table, computed in
-analysis/best.py) in words, the failures and exclusions, one page per configuration (command,
+analysis/answer.py) in words, the failures and exclusions, one page per configuration (command,
 provenance, per-section numbers), and the terminal's answer. Built from valid results only.
 """
 
@@ -15,6 +15,7 @@ from specsweep import axes
 from specsweep.analysis import verdict
 from specsweep.analysis.aggregate import not_ok
 from specsweep.analysis.answer import best_table, keys_of_best
+from specsweep.analysis.ledger import looks
 from specsweep.measure import gpu_watch
 from specsweep.records import paths, store
 from specsweep.records.result import Result
@@ -226,7 +227,7 @@ def _html(title: str, body: str) -> str:
 def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures_dir: Path, best_csv: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
               study_yaml: str, study_html: Path) -> None:
-    best = best_table(frame, config["verdict"])
+    best = best_table(frame, config["verdict"], looks=looks(config))
     store.write_text_atomic(best_csv, best.to_csv(index=False))
     store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, launches_dir)))
     summary_html, best_html = tables_html

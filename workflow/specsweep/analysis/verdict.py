@@ -28,7 +28,7 @@ interval, not a simultaneous one).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -36,7 +36,7 @@ import numpy as np
 from scipy import optimize, stats
 
 DECIDED, TIED, UNDECIDED = "decided", "tied", "undecided"
-LAUNCHES, REPEATS = "launches", "repeats"
+LAUNCHES, REPEATS, PROMPTS = "launches", "repeats", "prompts"
 QMC_SEED = 0  # the multivariate t's integration is quasi-random: seeded, the same data give the same verdict
 
 
@@ -93,41 +93,91 @@ def pool(samples: Mapping[int, Sequence[float]]) -> Pooled:
     return Pooled({b: float(v.mean()) for b, v in logs.items()}, {b: len(v) for b, v in logs.items()}, s, df)
 
 
+@dataclass(frozen=True)
+class Estimates:
+    """What MCB decides on: per budget an estimate of its mean log throughput, the covariance of
+    any two differences, and the degrees of freedom of the variance behind them."""
+
+    means: dict[int, float]
+    covariance: Callable[[int, int, int], float]  # Cov(m_j - m_i, m_k - m_i)
+    df: float
+
+    def variance(self, i: int, j: int) -> float:
+        return self.covariance(i, j, j)
+
+
+def one_way(pooled: Pooled) -> Estimates:
+    """Independent units per budget (launches, or one launch's repeats) with a pooled variance."""
+    s2, n = pooled.s ** 2, pooled.sizes
+    return Estimates(pooled.means, lambda i, j, k: s2 * (1 / n[i] + (1 / n[j] if j == k else 0.0)), pooled.df)
+
+
 @lru_cache(maxsize=4096)
-def dunnett_one_sided(n_control: int, n_others: tuple[int, ...], df: int, confidence: float) -> float:
-    """The d with P(all k - 1 differences from the control, in units of their standard errors,
-    are at most d) = confidence, for a multivariate t with ``df`` degrees of freedom."""
-    if len(n_others) == 1:
+def critical_value(corr: tuple[tuple[float, ...], ...], df: float, confidence: float) -> float:
+    """The d with P(every one of the differences, in units of its standard error, is at most d) =
+    confidence, for a multivariate t with ``df`` degrees of freedom and correlations ``corr``
+    (one-sided Dunnett where they are those of comparisons with a control)."""
+    if len(corr) == 1:
         return float(stats.t.ppf(confidence, df))
-    inv = [1 / n_control + 1 / n for n in n_others]
-    corr = np.array([[1.0 if a == b else (1 / n_control) / math.sqrt(inv[a] * inv[b])
-                      for b in range(len(n_others))] for a in range(len(n_others))])
-    dist = stats.multivariate_t(loc=np.zeros(len(n_others)), shape=corr, df=df)
+    dist = stats.multivariate_t(loc=np.zeros(len(corr)), shape=np.array(corr), df=df)
 
     def short(d: float) -> float:
-        return float(dist.cdf(np.full(len(n_others), d), random_state=QMC_SEED)) - confidence
+        return float(dist.cdf(np.full(len(corr), d), random_state=QMC_SEED)) - confidence
 
     return float(optimize.brentq(short, 0.0, 1000.0, xtol=1e-4))
 
 
+def dunnett_one_sided(n_control: int, n_others: tuple[int, ...], df: int, confidence: float) -> float:
+    """One-sided Dunnett for a control of ``n_control`` units against others of ``n_others``."""
+    inv = [1 / n_control + 1 / n for n in n_others]
+    corr = tuple(tuple(1.0 if a == b else round((1 / n_control) / math.sqrt(inv[a] * inv[b]), 4)
+                       for b in range(len(n_others))) for a in range(len(n_others)))
+    return critical_value(corr, df, confidence)
+
+
+def degrees(df: float) -> float:
+    """Degrees of freedom as the critical values take them: rounded down (a larger critical value,
+    never a smaller one) to a whole number, or a tenth below one, and at most 1000 (where t is the
+    normal's to three digits), so that a study's cells share a handful of cached values."""
+    if df >= 1:
+        return float(min(1000, math.floor(df)))
+    return max(0.1, math.floor(df * 10) / 10)
+
+
+def allowances(est: Estimates, i: int, others: Sequence[int], confidence: float) -> dict[int, float]:
+    """MCB's allowance for budget i against each other: d_i times the standard error of m_j - m_i,
+    d_i the multivariate t quantile of the k - 1 differences' correlations (Hsu 1996, ch. 4)."""
+    se = {j: math.sqrt(est.variance(i, j)) for j in others}
+    corr = tuple(tuple(1.0 if j == k else round(est.covariance(i, j, k) / (se[j] * se[k]), 4) for k in others)
+                 for j in others)
+    d = critical_value(corr, degrees(est.df), confidence)
+    return {j: d * se[j] for j in others}
+
+
 def decide(samples: Mapping[int, Sequence[float]], *, confidence: float, tie: float,
            basis: str = LAUNCHES) -> Verdict:
-    """The verdict of a cell from each budget's units (positive throughputs)."""
-    budgets = sorted(samples)
+    """The verdict of a cell from each budget's independent units (positive throughputs)."""
     pooled = pool(samples)
-    highest = max(budgets, key=lambda b: (pooled.means[b], -b))
     units = min(pooled.sizes.values())
+    if pooled.df == 0 and len(samples) > 1:  # one unit each: no noise estimate, nothing can be separated
+        highest = max(sorted(samples), key=lambda b: (pooled.means[b], -b))
+        return Verdict(UNDECIDED, None, highest, tuple(sorted(samples)), basis, units)
+    return best_set(one_way(pooled), confidence=confidence, tie=tie, basis=basis, units=units)
+
+
+def best_set(est: Estimates, *, confidence: float, tie: float, basis: str, units: int) -> Verdict:
+    """MCB: budget i stays in the best set unless some j beats it by more than the tie margin plus
+    its allowance; one left is decided, several all within the margin of the highest tied."""
+    budgets = sorted(est.means)
+    highest = max(budgets, key=lambda b: (est.means[b], -b))
     if len(budgets) == 1:
         return Verdict(DECIDED, highest, highest, (highest,), basis, units)
-    if pooled.df == 0:  # one unit each: no noise estimate, nothing can be separated
-        return Verdict(UNDECIDED, None, highest, tuple(budgets), basis, units)
     margin = math.log1p(tie)
     members, halves = [], {}
     for i in budgets:
         others = [j for j in budgets if j != i]
-        d = dunnett_one_sided(pooled.sizes[i], tuple(pooled.sizes[j] for j in others), pooled.df, confidence)
-        allowance = {j: d * pooled.s * math.sqrt(1 / pooled.sizes[i] + 1 / pooled.sizes[j]) for j in others}
-        if all(pooled.means[j] - pooled.means[i] <= margin + allowance[j] for j in others):
+        allowance = allowances(est, i, others, confidence)
+        if all(est.means[j] - est.means[i] <= margin + allowance[j] for j in others):
             members.append(i)
         if i != highest:
             halves[i] = allowance[highest]
@@ -136,6 +186,13 @@ def decide(samples: Mapping[int, Sequence[float]], *, confidence: float, tie: fl
     if margin > 0 and all(halves[i] <= margin for i in members if i != highest):
         return Verdict(TIED, min(members), highest, tuple(members), basis, units)
     return Verdict(UNDECIDED, None, highest, tuple(members), basis, units)
+
+
+def interval(est: Estimates, budget: int, *, confidence: float) -> tuple[float, float]:
+    """The two-sided interval of exp(m_budget - m_0), a speedup over budget 0."""
+    diff = est.means[budget] - est.means[0]
+    half = float(stats.t.ppf((1 + confidence) / 2, degrees(est.df))) * math.sqrt(est.variance(0, budget))
+    return math.exp(diff - half), math.exp(diff + half)
 
 
 def speedup_interval(samples: Mapping[int, Sequence[float]], budget: int, *,
@@ -147,10 +204,7 @@ def speedup_interval(samples: Mapping[int, Sequence[float]], budget: int, *,
     pooled = pool(samples)
     if pooled.df == 0:
         return None
-    diff = pooled.means[budget] - pooled.means[0]
-    half = float(stats.t.ppf((1 + confidence) / 2, pooled.df)) * pooled.s * math.sqrt(
-        1 / pooled.sizes[budget] + 1 / pooled.sizes[0])
-    return math.exp(diff - half), math.exp(diff + half)
+    return interval(one_way(pooled), budget, confidence=confidence)
 
 
 def units(launch_values: Mapping[int, Sequence[float]],

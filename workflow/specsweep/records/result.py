@@ -186,6 +186,14 @@ class Result:
         verdict's units where a configuration had one launch)."""
         return {(s["name"], s["load"]): list(s.get("output_tok_s_repeats") or []) for s in self.sections}
 
+    def prompt_rates(self) -> dict[tuple[str, str], list[tuple[str, float]]]:
+        """Each section's requests as (prompt identity, output tokens over the request's time from
+        send to last token), by (section, load): the paired verdict's units (analysis/variance.py).
+        Records without an identity (schema version 2 and older) give none."""
+        return {(s["name"], s["load"]): [(r["prompt_sha256"], r["output_tokens"] / r["e2e_s"]) for r in s["records"]
+                                         if r.get("prompt_sha256") and r.get("e2e_s")]
+                for s in self.sections}
+
     def comparability(self) -> dict[str, str]:
         """What must be equal for two results to share one summary (as pyperf refuses to mix)."""
         hw = self.hardware or {}

@@ -1,0 +1,229 @@
+"""The paired verdict (analysis/variance.py, analysis/cells.py, analysis/verdict.py) on a
+simulated study whose log throughput is known to be
+
+    y_bkp = mu_b + pi_kp + u_bk + e_bkp
+
+(docs/verdicts.md): a study of two prompt lengths x three sections, four budgets, each launch's
+noise u shared by the sections of that launch. The best set must hold the true best at the stated
+confidence whichever level dominates the noise: the launches, the prompts, or the
+budget-by-prompt interaction. The rates are printed (pytest -s) and asserted."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsweep.analysis import answer, cells, variance, verdict
+from specsweep.records import status
+
+BUDGETS = (0, 2, 4, 8)
+SECTIONS = ("short", "medium", "long")
+CONTEXTS = (128, 1024)
+NOISE = {  # sigma_u (launch), sigma_pi (prompt), sigma_e (interaction): each dominating once
+    "launches": (0.08, 0.05, 0.02),
+    "prompts": (0.01, 0.40, 0.03),
+    "interaction": (0.01, 0.05, 0.20),
+}
+
+
+def study_frame(rng: random.Random, mu: dict[int, float], *, launch: float, prompt: float, interaction: float,
+                launches: int = 2, prompts: int = 8) -> pd.DataFrame:
+    """Summary rows as aggregation makes them (prompt_tok_s, launch_tok_s) for a simulated study."""
+    rows = []
+    for context in CONTEXTS:
+        shared = {(b, k): rng.gauss(0, launch) for b in BUDGETS for k in range(1, launches + 1)}
+        pi = {(s, k, p): rng.gauss(0, prompt) for s in SECTIONS for k in range(1, launches + 1)
+              for p in range(prompts)}
+        for b in BUDGETS:
+            for section in SECTIONS:
+                items, per_launch = [], []
+                for k in range(1, launches + 1):
+                    rates = [math.exp(4.0 + mu[b] + pi[section, k, p] + shared[b, k] + rng.gauss(0, interaction))
+                             for p in range(prompts)]
+                    items += [f"{k}:{section}{k}p{p}:{v:.6g}" for p, v in enumerate(rates)]
+                    per_launch.append(len(rates) / sum(1 / v for v in rates))
+                rows.append({"name": f"tp1-b{b}-ctx{context}", "tp": 1, "budget": b, "context": context,
+                             "section": section, "load": "c1", "status": status.OK, "reason": "",
+                             "output_tok_s": sum(per_launch) / len(per_launch), "output_tok_s_min": min(per_launch),
+                             "output_tok_s_max": max(per_launch), "launches": launches, "requests": prompts * launches,
+                             "wall_s": sum(prompts / v for v in per_launch), "launch_overhead_s": 20.0,
+                             "launch_tok_s": " ".join(f"{v:.6g}" for v in per_launch), "repeat_tok_s": "",
+                             "prompt_tok_s": " ".join(items)})
+    return pd.DataFrame(rows)
+
+
+def coverage(structure: str, mu: dict[int, float], best: int, trials: int, seed: int, **kw) -> tuple[float, float]:
+    """(share of cell verdicts whose best set holds ``best``, mean best-set size)."""
+    rng = random.Random(seed)
+    held, sizes, total = 0, 0, 0
+    launch, prompt, interaction = NOISE[structure]
+    for _ in range(trials):
+        frame = study_frame(rng, mu, launch=launch, prompt=prompt, interaction=interaction, **kw)
+        table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.0})
+        assert set(table["basis"]) == {verdict.PROMPTS}
+        for members in table["best_set"]:
+            chosen = {int(b) for b in members.split()}
+            held += best in chosen
+            sizes += len(chosen)
+            total += 1
+    return held / total, sizes / total
+
+
+@pytest.mark.parametrize("structure", sorted(NOISE))
+def test_the_best_set_holds_the_true_best_at_the_stated_confidence_whichever_level_dominates(structure):
+    """All four budgets equal (the least favourable case for MCB: every comparison at its edge)
+    and a graded case; 60 studies of 6 cells each, so 360 verdicts a case. Three binomial standard
+    errors below 95% would be a failure, not luck."""
+    floor = 0.95 - 3 * math.sqrt(0.95 * 0.05 / 360)
+    equal, equal_size = coverage(structure, dict.fromkeys(BUDGETS, 0.0), 8, 60, seed=11)
+    graded, graded_size = coverage(structure, {0: 0.0, 2: 0.04, 4: 0.08, 8: 0.10}, 8, 60, seed=12)
+    print(f"\n{structure}: coverage {equal:.3f} (all equal, set size {equal_size:.2f}), "
+          f"{graded:.3f} (graded, set size {graded_size:.2f})")
+    assert equal >= floor and graded >= floor, (equal, graded)
+
+
+def test_a_quarter_faster_budget_is_decided_under_the_default_shape_of_noise():
+    """The measured shape here (docs/verdicts.md): launches about 3%, the interaction about 15%;
+    with eight prompts a section and two launches, a budget 25% faster than the rest is named."""
+    rng = random.Random(5)
+    named = 0
+    for _ in range(10):
+        frame = study_frame(rng, {0: 0.0, 2: 0.0, 4: 0.0, 8: math.log(1.25)}, launch=0.03, prompt=0.2,
+                            interaction=0.15)
+        table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01})
+        named += int((table["best_budget"] == 8).sum())
+    assert named >= 0.8 * 60, named
+
+
+def test_the_variance_components_are_recovered():
+    """Many prompts and launches: sigma_u and sigma_e come back within a tenth of the truth, and
+    the prompt effect, which all budgets share, is not counted in either."""
+    rng = random.Random(3)
+    frame = study_frame(rng, dict.fromkeys(BUDGETS, 0.0), launch=0.05, prompt=0.5, interaction=0.15, launches=8,
+                        prompts=16)
+    found = cells.evidence(frame)
+    spreads = [f.variance for f in found.values()]
+    assert all(f.pooled for f in spreads)
+    assert spreads[0].launch == pytest.approx(0.05 ** 2, rel=0.35)
+    assert all(math.sqrt(f.interaction) == pytest.approx(0.15, rel=0.1) for f in spreads)
+
+
+def test_prompts_not_sent_to_every_budget_of_a_launch_are_left_out_and_launches_pair_within_themselves():
+    obs = [variance.Observation(0, 1, "a", 10.0), variance.Observation(0, 1, "b", 20.0),
+           variance.Observation(4, 1, "a", 12.0), variance.Observation(4, 1, "c", 30.0),
+           variance.Observation(0, 2, "a", 11.0), variance.Observation(4, 2, "a", 11.0)]
+    table = variance.paired(obs)
+    assert table == {1: {0: {"a": math.log(10.0)}, 4: {"a": math.log(12.0)}},
+                     2: {0: {"a": math.log(11.0)}, 4: {"a": math.log(11.0)}}}
+    design = variance.fit(obs)
+    # The budget difference is the mean of the paired differences: (log 1.2 + 0) / 2.
+    assert design.estimates[4] - design.estimates[0] == pytest.approx(math.log(1.2) / 2)
+    assert design.launches == {0: 2, 4: 2} and design.prompts == 1 and design.launch_df == 1
+    # No pair at all: no design.
+    assert variance.fit([variance.Observation(0, 1, "a", 1.0), variance.Observation(4, 1, "b", 1.0)]) is None
+
+
+def test_unequal_launch_counts_are_fitted_with_the_launch_effects_that_racing_leaves():
+    """Racing gives budget 4 a third launch that budget 0 never had: the launch index's effect is
+    still estimated from the budgets that share it, and budget 4's third launch only sharpens it."""
+    obs = []
+    shift = {1: 0.0, 2: 0.3, 3: -0.2}
+    for k, budgets in ((1, (0, 4, 8)), (2, (0, 4, 8)), (3, (4, 8))):
+        for b in budgets:
+            for p in range(4):
+                obs.append(variance.Observation(b, k, f"{k}-{p}", math.exp(1 + shift[k] + 0.1 * (b == 4) + 0.01 * p)))
+    design = variance.fit(obs)
+    assert design.launches == {0: 2, 4: 3, 8: 3}
+    assert design.estimates[4] - design.estimates[0] == pytest.approx(0.1)
+    assert design.estimates[8] - design.estimates[0] == pytest.approx(0.0, abs=1e-12)
+    # Exactly additive data: nothing left at either level.
+    assert design.launch_ms == pytest.approx(0.0, abs=1e-20) and design.interaction == pytest.approx(0.0, abs=1e-20)
+    # The third launch index (budget 0 absent) gives budget 4 a smaller variance against 8 than against 0.
+    assert design.factor(4, 8) < design.factor(4, 0)
+
+
+def test_a_cell_whose_launches_scatter_beyond_the_pooled_figure_keeps_its_own():
+    rng = np.random.default_rng(4)
+
+    def cell(launch_sd: float) -> variance.Design:
+        obs = []
+        for k in (1, 2, 3):
+            for b in (0, 4):
+                u = rng.normal(0, launch_sd)
+                obs += [variance.Observation(b, k, f"{k}{p}", math.exp(u + rng.normal(0, 0.05))) for p in range(8)]
+        return variance.fit(obs)
+
+    quiet = [cell(0.01) for _ in range(12)]
+    loud = cell(0.5)
+    noise, parts = variance.pooled_launch_noise([(str(i), d) for i, d in enumerate([*quiet, loud])])
+    judged = variance.cell_variance(loud, noise, parts[12])
+    assert not judged.pooled and judged.variance == loud.launch_ms and judged.df == loud.launch_df
+    assert variance.cell_variance(quiet[0], noise, parts[0]).pooled
+    # Without its own part to judge it by, the loud cell takes the pooled figure.
+    assert variance.cell_variance(loud, noise).pooled
+
+
+def test_the_pooled_launch_noise_counts_a_launch_groups_cells_as_one():
+    """Three sections of one launch group share their servers' noise: their degrees of freedom
+    count once, not three times."""
+    design = variance.Design((0, 4), {0: 0.0, 4: 0.0}, np.eye(2), {0: 2, 4: 2}, 8.0, 0.01, 1, 0.04, 14)
+    one = variance.pooled_launch_noise([("g", design)] * 3)[0]
+    apart = variance.pooled_launch_noise([("a", design), ("b", design), ("c", design)])[0]
+    assert one.variance == apart.variance == pytest.approx(0.01 - 0.04 / 8)
+    assert one.df < apart.df
+
+
+def test_kalibera_and_jones_optimal_prompts_and_the_launches_a_gap_needs():
+    # P* = sqrt(30 * 0.15^2 / 0.03^2) = 27.4 -> 28.
+    assert variance.optimal_prompts(0.03 ** 2, 0.15 ** 2, 30.0, least=8) == 28
+    assert variance.optimal_prompts(0.0, 0.15 ** 2, 30.0, least=8) == variance.MOST_PROMPTS
+    assert variance.optimal_prompts(0.03 ** 2, 0.0001, 30.0, least=8) == 8
+    # A 10% gap, 1% tie, critical 2: SE needed (log 1.1 - log 1.01) / 2; 2(0.0009 + 0.0225/28)/L.
+    need = variance.launches_needed([math.log(1.1)], launch=0.0009, interaction=0.0225, prompts=28, critical=2.0,
+                                    margin=math.log(1.01))
+    unit = 2 * (0.0009 + 0.0225 / 28)
+    assert need == math.ceil(unit / ((math.log(1.1) - math.log(1.01)) / 2) ** 2)
+    assert variance.launches_needed([0.0], launch=0.0009, interaction=0.0225, prompts=28, critical=2.0,
+                                    margin=0.0) is None
+    assert variance.launches_needed([1e-4], launch=0.09, interaction=0.0225, prompts=28, critical=2.0,
+                                    margin=0.0) is None
+
+
+def test_an_undecided_cell_says_what_it_would_need_and_a_decided_one_nothing():
+    rng = random.Random(9)
+    frame = study_frame(rng, {0: 0.0, 2: 0.02, 4: 0.5, 8: 0.03}, launch=0.05, prompt=0.1, interaction=0.15)
+    table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01})
+    decided = table[table["verdict"] == verdict.DECIDED]
+    assert not decided.empty and decided["needs"].isna().all()
+    assert set(decided["best_budget"]) == {4}
+    assert (table["basis"] == verdict.PROMPTS).all() and (table["prompts"] == 8).all()
+    assert table["launch_sd"].between(0.0, 0.2).all() and table["interaction_sd"].between(0.1, 0.2).all()
+    close = study_frame(rng, {0: 0.0, 2: 0.02, 4: 0.04, 8: 0.05}, launch=0.05, prompt=0.1, interaction=0.15)
+    undecided = answer.best_table(close, {"confidence": 0.95, "tie": 0.01})
+    undecided = undecided[undecided["verdict"] == verdict.UNDECIDED]
+    assert not undecided.empty
+    for row in undecided.to_dict("records"):
+        assert row["needs"].startswith(("about ", "out of reach"))
+        if row["needs"].startswith("about"):
+            assert row["needs_launches"] > row["launches"] and row["needs_prompts"] >= 8
+
+
+def test_the_speedup_is_the_geometric_mean_of_the_paired_speedups_inside_its_interval():
+    rates = {0: [10.0, 20.0, 40.0], 4: [12.0, 22.0, 48.0]}  # launch 2 runs 1% faster, prompt by prompt
+
+    def requests(budget: int) -> str:
+        return " ".join(f"{k}:p{k}{i}:{v * (1.01 if k == 2 else 1)}" for k in (1, 2)
+                        for i, v in enumerate(rates[budget]))
+
+    frame = pd.DataFrame([{"name": f"b{b}", "tp": 1, "budget": b, "context": 128, "section": "s", "load": "c1",
+                           "status": status.OK, "output_tok_s": 1.0, "launch_tok_s": "1 1", "repeat_tok_s": "",
+                           "prompt_tok_s": requests(b)} for b in (0, 4)])
+    found = cells.evidence(frame)[(1, 128, "s", "c1")]
+    expected = math.exp(np.mean([math.log(12 / 10), math.log(22 / 20), math.log(48 / 40)]))
+    assert cells.paired_speedup(found, 4) == pytest.approx(expected)
+    low, high = cells.speedup_interval(found, 4, confidence=0.95)
+    assert low < expected < high

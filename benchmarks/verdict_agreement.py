@@ -101,58 +101,62 @@ def launches_of(folder: Path) -> int:
     return len(list((folder / "results" / "launches").glob("*/launch*.json")))
 
 
-def noise(folder: Path) -> list[float]:
-    """Each cell's standard deviation of log throughput between launches, pooled over its budgets."""
-    from specsweep.analysis import cells, verdict
-
-    summary = pd.read_csv(folder / "results" / "summary.csv", dtype={"launch_tok_s": str, "repeat_tok_s": str})
-    ok = summary[summary["status"] == "ok"]
-    keys = [c for c in ("tp", "context", "section", "load") if c in ok.columns]
-    spreads = []
-    for _, cell in ok.groupby(keys):
-        samples, basis = cells.cell_units(cell)
-        pooled = verdict.pool(samples)
-        if basis == verdict.LAUNCHES and pooled.df > 0:
-            spreads.append(pooled.s)
-    return spreads
+def noise(folders: list[Path]) -> str:
+    """The noise each run's verdicts measured, from best.csv: the study's launch SD (log scale) and
+    each cell's budget-by-prompt interaction SD."""
+    lines = []
+    for folder in folders:
+        best = best_of(folder)
+        if "launch_sd" not in best or best["launch_sd"].dropna().empty:
+            continue
+        inter = best["interaction_sd"].dropna()
+        lines.append(f"  {folder.name}: launch SD {best['launch_sd'].median():.3f} (median over cells), "
+                     f"interaction SD {inter.median():.3f} ({inter.min():.3f}-{inter.max():.3f})")
+    return "\n".join(lines)
 
 
-def launches_for(change: float, s: float, budgets: int = 4, tie: float = 0.01) -> int:
-    """Launches per configuration at which a budget `change` slower than the best leaves the best set
-    (95%), given a between-launch SD s of log throughput."""
-    import math
-
-    from specsweep.analysis import verdict
-
-    for n in range(2, 400):
-        d = verdict.dunnett_one_sided(n, (n,) * (budgets - 1), budgets * (n - 1), 0.95)
-        if d * s * math.sqrt(2 / n) + math.log1p(tie) < math.log1p(change):
-            return n
-    return 400
+def named(best: pd.DataFrame) -> int:
+    """Cells whose verdict names a budget: decided, or tied (the smallest of the tie)."""
+    return int(best["named"].notna().sum())
 
 
 def report(folders: list[Path], took: dict[Path, float]) -> None:
-    import statistics
-
-    spreads = [s for f in folders for s in noise(f)]
-    if spreads:
-        middle = statistics.median(spreads)
-        print(f"between-launch SD of log throughput, per cell: median {middle:.3f} (range {min(spreads):.3f}-"
-              f"{max(spreads):.3f}); at the median, launches per configuration for a 10% slower budget to leave "
-              f"the best set: {launches_for(0.10, middle)}; for 25%: {launches_for(0.25, middle)}")
+    print("noise measured:\n" + (noise(folders) or "  (no paired verdicts)"))
     agree, total, lines = agreement(folders)
+    pairs = sum(1 for line in lines)
     print(f"\nagreement: {agree} of {total} run pairs x cells ({agree / max(total, 1):.0%}) have no named best "
-          f"outside the other run's best set and no disjoint sets; contradictions:")
+          f"outside the other run's best set and no disjoint sets; {pairs} contradict:")
     print("\n".join(f"  {line}" for line in lines) or "  none")
     agree, total, lines = agreement(folders, strict=True)
     print(f"counting an undecided run's highest budget as named too: {agree} of {total} ({agree / max(total, 1):.0%})")
     print("\n".join(f"  {line}" for line in lines) or "  none")
-    for folder in folders:
-        best = best_of(folder)
+    bests = [best_of(folder) for folder in folders]
+    cells = sum(len(best) for best in bests)
+    print(f"\nnamed: {sum(named(best) for best in bests)} of {cells} run x cell verdicts; mean best-set size "
+          f"{sum(best['members'].map(len).sum() for best in bests) / max(cells, 1):.2f}")
+    for folder, best in zip(folders, bests):
         states = best["verdict"].value_counts().to_dict()
-        shown = "; ".join(f"{c}: {v}" for c, v in zip(cells_of(best), _verdicts(best)))
+        shown = "\n  ".join(f"{c}: {v}" for c, v in zip(cells_of(best), _verdicts(best)))
         print(f"{folder.parent.name}/{folder.name}: {launches_of(folder)} launches"
-              + (f", {took[folder]:.0f} s" if folder in took else "") + f", {states}\n  {shown}")
+              + (f", {took[folder]:.0f} s" if folder in took else "") + f", sweep {sweep_s(folder):.0f} s, "
+              f"{named(best)} of {len(best)} named, {states}\n  {shown}")
+
+
+def sweep_s(folder: Path) -> float:
+    """Seconds from the first launch's start to the summary's end, from Snakemake's log (the build
+    and provisioning apart)."""
+    import datetime
+    import re
+
+    logs = sorted((folder / ".snakemake" / "log").glob("*.snakemake.log"))
+    if not logs:
+        return float("nan")
+    text = logs[-1].read_text()
+    stamps = [(m.start(), datetime.datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y"))
+              for m in re.finditer(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]", text, re.M)]
+    first = text.find("rule launch_configuration")
+    start = max((t for pos, t in stamps if pos < first), default=stamps[0][1]) if first >= 0 else stamps[0][1]
+    return (stamps[-1][1] - start).total_seconds()
 
 
 def _verdicts(best: pd.DataFrame) -> list[str]:
@@ -160,8 +164,9 @@ def _verdicts(best: pd.DataFrame) -> list[str]:
     for r in best.to_dict("records"):
         interval = "" if pd.isna(r.get("speedup_low")) else f" {r['speedup']:.2f}x [{r['speedup_low']:.2f}-" \
                                                              f"{r['speedup_high']:.2f}]"
+        needs = f"; needs {r['needs']}" if isinstance(r.get("needs"), str) else ""
         out.append(f"{r['verdict']} {r['named'] if r['named'] is not None else '-'} (highest {r['highest']}) "
-                   f"{{{r['best_set']}}}{interval}")
+                   f"{{{r['best_set']}}}{interval}{needs}")
     return out
 
 

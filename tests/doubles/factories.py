@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 from specsweep import study
 from specsweep.measure import section_stats
@@ -73,3 +73,62 @@ def launches(rng: random.Random, true: dict[int, float], *, n: int, between: flo
     return {b: [rate * math.exp(rng.gauss(0, between)) * sum(math.exp(rng.gauss(0, within))
                                                              for _ in range(repeats)) / repeats
                 for _ in range(n)] for b, rate in true.items()}
+
+
+BUDGETS = (0, 2, 4, 8)
+
+
+@dataclass
+class PairedStudy:
+    """A simulated study whose log throughput is mu_b + pi_kp + u_bk + e_bkp (docs/verdicts.md):
+    two prompt lengths x three sections, each launch's noise u shared by that launch's sections,
+    every budget's launch k sent the same prompts. ``frame`` gives its summary rows as aggregation
+    makes them, each configuration with its first ``taken`` launches (default all)."""
+
+    requests: dict  # (context, budget, section, launch) -> each prompt's tok/s
+    launches: int
+    contexts: tuple = (128, 1024)
+    sections: tuple = ("short", "medium", "long")
+
+    def frame(self, taken: dict | None = None):
+        import pandas as pd
+
+        from specsweep.records import status
+
+        rows = []
+        for context in self.contexts:
+            for budget in BUDGETS:
+                last = (taken or {}).get((context, budget), self.launches)
+                for section in self.sections:
+                    items, per_launch, wall = [], [], 0.0
+                    for k in range(1, last + 1):
+                        rates = self.requests[context, budget, section, k]
+                        items += [f"{k}:{section}{k}p{p}:{v:.6g}" for p, v in enumerate(rates)]
+                        per_launch.append(len(rates) / sum(1 / v for v in rates))  # one token a request
+                        wall += sum(1 / v for v in rates)
+                    rows.append({"name": f"tp1-b{budget}-ctx{context}", "tp": 1, "budget": budget,
+                                 "context": context, "section": section, "load": "c1", "status": status.OK,
+                                 "reason": "", "output_tok_s": sum(per_launch) / len(per_launch),
+                                 "output_tok_s_min": min(per_launch), "output_tok_s_max": max(per_launch),
+                                 "launches": last, "requests": len(items), "wall_s": wall,
+                                 "launch_overhead_s": 20.0,
+                                 "launch_tok_s": " ".join(f"{v:.6g}" for v in per_launch), "repeat_tok_s": "",
+                                 "prompt_tok_s": " ".join(items)})
+        return pd.DataFrame(rows)
+
+
+def paired_study(rng: random.Random, mu: dict[int, float], *, launch: float, prompt: float, interaction: float,
+                 launches: int = 2, prompts: int = 8) -> PairedStudy:
+    """Draw a PairedStudy: sigma_u ``launch``, sigma_pi ``prompt``, sigma_e ``interaction`` (log scale)."""
+    study_ = PairedStudy({}, launches)
+    for context in study_.contexts:
+        shared = {(b, k): rng.gauss(0, launch) for b in BUDGETS for k in range(1, launches + 1)}
+        pi = {(s, k, p): rng.gauss(0, prompt) for s in study_.sections for k in range(1, launches + 1)
+              for p in range(prompts)}
+        for b in BUDGETS:
+            for section in study_.sections:
+                for k in range(1, launches + 1):
+                    study_.requests[context, b, section, k] = [
+                        math.exp(4.0 + mu[b] + pi[section, k, p] + shared[b, k] + rng.gauss(0, interaction))
+                        for p in range(prompts)]
+    return study_

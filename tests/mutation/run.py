@@ -51,7 +51,7 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "measure/host_facts.py", "measure/gpu_memory.py", "measure/gpu_watch.py", "measure/section_checks.py",
     "measure/interrupts.py",
     "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py", "records/store.py",
-    "cache.py", "study/offline.py",
+    "cache.py", "study/offline.py", "analysis/variance.py", "analysis/cells.py", "analysis/answer.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
     "tests/unit/measure/test_client.py", "tests/workflow/test_faults.py", "tests/unit/measure/test_workload.py",

@@ -20,40 +20,13 @@ import pytest
 from specsweep.analysis import answer, cells, variance, verdict
 from specsweep.records import status
 
-BUDGETS = (0, 2, 4, 8)
-SECTIONS = ("short", "medium", "long")
-CONTEXTS = (128, 1024)
+from factories import BUDGETS, paired_study
+
 NOISE = {  # sigma_u (launch), sigma_pi (prompt), sigma_e (interaction): each dominating once
     "launches": (0.08, 0.05, 0.02),
     "prompts": (0.01, 0.40, 0.03),
     "interaction": (0.01, 0.05, 0.20),
 }
-
-
-def study_frame(rng: random.Random, mu: dict[int, float], *, launch: float, prompt: float, interaction: float,
-                launches: int = 2, prompts: int = 8) -> pd.DataFrame:
-    """Summary rows as aggregation makes them (prompt_tok_s, launch_tok_s) for a simulated study."""
-    rows = []
-    for context in CONTEXTS:
-        shared = {(b, k): rng.gauss(0, launch) for b in BUDGETS for k in range(1, launches + 1)}
-        pi = {(s, k, p): rng.gauss(0, prompt) for s in SECTIONS for k in range(1, launches + 1)
-              for p in range(prompts)}
-        for b in BUDGETS:
-            for section in SECTIONS:
-                items, per_launch = [], []
-                for k in range(1, launches + 1):
-                    rates = [math.exp(4.0 + mu[b] + pi[section, k, p] + shared[b, k] + rng.gauss(0, interaction))
-                             for p in range(prompts)]
-                    items += [f"{k}:{section}{k}p{p}:{v:.6g}" for p, v in enumerate(rates)]
-                    per_launch.append(len(rates) / sum(1 / v for v in rates))
-                rows.append({"name": f"tp1-b{b}-ctx{context}", "tp": 1, "budget": b, "context": context,
-                             "section": section, "load": "c1", "status": status.OK, "reason": "",
-                             "output_tok_s": sum(per_launch) / len(per_launch), "output_tok_s_min": min(per_launch),
-                             "output_tok_s_max": max(per_launch), "launches": launches, "requests": prompts * launches,
-                             "wall_s": sum(prompts / v for v in per_launch), "launch_overhead_s": 20.0,
-                             "launch_tok_s": " ".join(f"{v:.6g}" for v in per_launch), "repeat_tok_s": "",
-                             "prompt_tok_s": " ".join(items)})
-    return pd.DataFrame(rows)
 
 
 def coverage(structure: str, mu: dict[int, float], best: int, trials: int, seed: int, **kw) -> tuple[float, float]:
@@ -62,7 +35,7 @@ def coverage(structure: str, mu: dict[int, float], best: int, trials: int, seed:
     held, sizes, total = 0, 0, 0
     launch, prompt, interaction = NOISE[structure]
     for _ in range(trials):
-        frame = study_frame(rng, mu, launch=launch, prompt=prompt, interaction=interaction, **kw)
+        frame = paired_study(rng, mu, launch=launch, prompt=prompt, interaction=interaction, **kw).frame()
         table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.0})
         assert set(table["basis"]) == {verdict.PROMPTS}
         for members in table["best_set"]:
@@ -92,8 +65,8 @@ def test_a_quarter_faster_budget_is_decided_under_the_default_shape_of_noise():
     rng = random.Random(5)
     named = 0
     for _ in range(10):
-        frame = study_frame(rng, {0: 0.0, 2: 0.0, 4: 0.0, 8: math.log(1.25)}, launch=0.03, prompt=0.2,
-                            interaction=0.15)
+        frame = paired_study(rng, {0: 0.0, 2: 0.0, 4: 0.0, 8: math.log(1.25)}, launch=0.03, prompt=0.2,
+                             interaction=0.15).frame()
         table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01})
         named += int((table["best_budget"] == 8).sum())
     assert named >= 0.8 * 60, named
@@ -103,8 +76,8 @@ def test_the_variance_components_are_recovered():
     """Many prompts and launches: sigma_u and sigma_e come back within a tenth of the truth, and
     the prompt effect, which all budgets share, is not counted in either."""
     rng = random.Random(3)
-    frame = study_frame(rng, dict.fromkeys(BUDGETS, 0.0), launch=0.05, prompt=0.5, interaction=0.15, launches=8,
-                        prompts=16)
+    frame = paired_study(rng, dict.fromkeys(BUDGETS, 0.0), launch=0.05, prompt=0.5, interaction=0.15, launches=8,
+                         prompts=16).frame()
     found = cells.evidence(frame)
     spreads = [f.variance for f in found.values()]
     assert all(f.pooled for f in spreads)
@@ -195,14 +168,14 @@ def test_kalibera_and_jones_optimal_prompts_and_the_launches_a_gap_needs():
 
 def test_an_undecided_cell_says_what_it_would_need_and_a_decided_one_nothing():
     rng = random.Random(9)
-    frame = study_frame(rng, {0: 0.0, 2: 0.02, 4: 0.5, 8: 0.03}, launch=0.05, prompt=0.1, interaction=0.15)
+    frame = paired_study(rng, {0: 0.0, 2: 0.02, 4: 0.5, 8: 0.03}, launch=0.05, prompt=0.1, interaction=0.15).frame()
     table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01})
     decided = table[table["verdict"] == verdict.DECIDED]
     assert not decided.empty and decided["needs"].isna().all()
     assert set(decided["best_budget"]) == {4}
     assert (table["basis"] == verdict.PROMPTS).all() and (table["prompts"] == 8).all()
     assert table["launch_sd"].between(0.0, 0.2).all() and table["interaction_sd"].between(0.1, 0.2).all()
-    close = study_frame(rng, {0: 0.0, 2: 0.02, 4: 0.04, 8: 0.05}, launch=0.05, prompt=0.1, interaction=0.15)
+    close = paired_study(rng, {0: 0.0, 2: 0.02, 4: 0.04, 8: 0.05}, launch=0.05, prompt=0.1, interaction=0.15).frame()
     undecided = answer.best_table(close, {"confidence": 0.95, "tie": 0.01})
     undecided = undecided[undecided["verdict"] == verdict.UNDECIDED]
     assert not undecided.empty

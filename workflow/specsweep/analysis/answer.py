@@ -100,6 +100,8 @@ def _paired_figures(found: cells.Evidence, budget: int, confidence: float) -> di
     speedup = cells.paired_speedup(found, budget)
     if speedup is None:
         return {}
+    if budget == 0:  # budget 0 against itself: 1 by definition, no interval to give
+        return {"speedup": 1.0, "speedup_low": math.nan, "speedup_high": math.nan}
     low, high = cells.speedup_interval(found, budget, confidence=confidence)
     return {"speedup": speedup, "speedup_low": low, "speedup_high": high}
 
@@ -109,7 +111,7 @@ def _rests_on(found: cells.Evidence) -> dict:
     if found.design is None:
         return {}
     return {"prompts": round(found.design.prompts, 2), "launch_sd": math.sqrt(found.variance.launch),
-            "interaction_sd": math.sqrt(found.variance.interaction)}
+            "interaction_sd": math.sqrt(found.variance.interaction)}  # nan with one prompt a launch
 
 
 def _needs(found: cells.Evidence, decided: verdict.Verdict, valued: pd.DataFrame, tie: float,
@@ -120,14 +122,16 @@ def _needs(found: cells.Evidence, decided: verdict.Verdict, valued: pd.DataFrame
         return {}
     spread, design = found.variance, found.design
     means = design.estimates
+    # One prompt a launch measures no interaction apart: the launch-level figure already holds it.
+    interaction = 0.0 if math.isnan(spread.interaction) else spread.interaction
     gaps = [means[decided.highest] - means[b] for b in decided.others]
     per_prompt = (valued["wall_s"] / valued["requests"]).mean() if "wall_s" in valued else math.nan
     overhead = valued["launch_overhead_s"].mean() if "launch_overhead_s" in valued else math.nan
     ratio = overhead / per_prompt if per_prompt > 0 and not math.isnan(overhead) else 1.0
-    prompts = variance.optimal_prompts(spread.launch, spread.interaction, ratio, least=design.prompts)
+    prompts = variance.optimal_prompts(spread.launch, interaction, ratio, least=design.prompts)
     # Bonferroni's t at today's degrees of freedom: above Dunnett's d, and more data only lowers it.
     critical = float(stats.t.ppf(1 - (1 - confidence) / max(1, len(decided.members) - 1), verdict.degrees(spread.df)))
-    launches = variance.launches_needed(gaps, launch=spread.launch, interaction=spread.interaction,
+    launches = variance.launches_needed(gaps, launch=spread.launch, interaction=interaction,
                                         prompts=prompts, critical=critical, margin=math.log1p(tie))
     if launches is None:
         return {"needs": "out of reach: the budgets measured within the tie margin or beyond "

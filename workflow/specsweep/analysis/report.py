@@ -39,8 +39,9 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
              "Best draft budget", "-----------------", "",
              f"For each {per}, section and load level: the verdict on the draft budgets (budget 0 = no "
              "speculation, so 0 means speculation did not pay). The best set holds every budget that the "
-             f"launches cannot separate from the best at {_confidence(best)} confidence (multiple comparisons "
-             "with the best on log throughput, the variance between launches pooled over the cell's budgets); "
+             f"measurements cannot separate from the best at {_confidence(best)} confidence (multiple comparisons "
+             "with the best on log throughput, budgets compared prompt by prompt where every budget's launch "
+             "sent the same prompts, the variance between launches pooled over the study and counted in full); "
              "one budget left is decided, several within the tie margin are tied (the smallest named), "
              "anything else is undecided and named as such. Figures are the named budget's (undecided: the "
              "highest's): tok/s with the min-max of its repeats, speedup over budget 0 with its interval. Also "
@@ -56,7 +57,7 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
                 row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
             + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
-            _interval(row), row["best_set"] or "none", row["budgets_missing"] or "none"]
+            _interval(row), (row["best_set"] or "none") + _needs_words(row), row["budgets_missing"] or "none"]
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
@@ -245,8 +246,9 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
     """What the terminal shows when the main command succeeds: the verdict per cell (a few lines of
     results/best.csv), what has no result and why, and where to look next."""
     best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string",
-                                        "best_set": "string", "verdict": "string", "basis": "string"}).fillna(
-        {"within_noise": "", "budgets_measured": "", "best_set": "", "verdict": "", "basis": ""})
+                                        "best_set": "string", "verdict": "string", "basis": "string",
+                                        "needs": "string"}).fillna(
+        {"within_noise": "", "budgets_measured": "", "best_set": "", "verdict": "", "basis": "", "needs": ""})
     frame = pd.read_csv(summary_csv, dtype={"reason": "string"}).fillna({"reason": ""})
     keys = keys_of_best(best)
     inside = axes.within(keys)
@@ -258,8 +260,7 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
                 + "".join(f"  {row[k]!s:<{widths[k]}}" for k in inside))
 
     per = f"{', '.join(keys[:-1])} and {keys[-1]}"
-    launches = best["launches"].dropna()
-    over = (f"{_confidence(best)} confidence over {int(launches.min())} launch(es)" if len(launches) else "")
+    over = _rests_on_words(best)
     lines = ["", f"Best draft budget per {per} ({best_csv}; 0 = speculation did not pay; {over}):",
              f"  {where({k: k for k in keys})} {'best':>5} {'tok/s':>8}  {'speedup [interval]':<19} verdict"]
     for row in best.head(limit).to_dict("records"):
@@ -270,7 +271,7 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
         sustained = (f"  (sustains {row['sustained_rate_rps']:.3g} req/s)"
                      if row.get(axes.LOAD) == SLO and not pd.isna(row.get("sustained_rate_rps")) else "")
         named = "-" if pd.isna(row["best_budget"]) else f"{int(row['best_budget'])}"
-        state = verdict.state_words(row["verdict"], row["best_set"])
+        state = verdict.state_words(row["verdict"], row["best_set"]) + _needs_words(row)
         lines.append(f"  {where(row)} {named:>5} {row['output_tok_s']:>8.1f}  {_speedup_cell(row):<19} "
                      f"{state}{sustained}")
     if len(best) > limit:
@@ -284,6 +285,25 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
     lines += [f"Figures: results/summary.png, results/tradeoff.png (per user against per GPU); table: {summary_csv}.",
               "Report: snakemake --report results/report.html   (one file, opened in any browser)"]
     return "\n".join(lines)
+
+
+def _rests_on_words(best: pd.DataFrame) -> str:
+    """What the verdicts rest on: "95% confidence over 2 launch(es) of 8 prompts, paired"."""
+    launches = best["launches"].dropna()
+    if not len(launches):
+        return ""
+    words = f"{_confidence(best)} confidence over {int(launches.min())} launch(es)"
+    prompts = best["prompts"].dropna() if "prompts" in best else pd.Series(dtype=float)
+    if len(prompts):
+        low, high = int(prompts.min()), int(prompts.max())
+        words += f" of {low if low == high else f'{low}-{high}'} prompts per section, paired across budgets"
+    return words
+
+
+def _needs_words(row: dict) -> str:
+    """An undecided verdict's price: " (needs about 6 launches of 16 prompts per section)"."""
+    needs = row.get("needs")
+    return "" if not isinstance(needs, str) or not needs else f" (needs {needs})"
 
 
 def _speedup_cell(row: dict) -> str:

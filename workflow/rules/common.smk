@@ -101,7 +101,7 @@ def get_launch_spec(wildcards):
 def get_launch_priority(wildcards):
     """Launch k of every configuration runs before launch k + 1 of any (study.grid.launch_priority)."""
     return grid.launch_priority(
-        list(PLAN.specs), wildcards.name, int(wildcards.launch), PLAN.most_launches
+        PLAN.run_order, wildcards.name, int(wildcards.launch), PLAN.most_launches
     )
 
 

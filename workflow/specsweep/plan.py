@@ -50,6 +50,7 @@ class Plan:
     found: ledger.SetAside = field(default_factory=ledger.SetAside)  # what this parse found to set aside
     by_launch: dict = field(default_factory=dict)  # (name, launch) -> the markers it waits for
     adopted: dict[str, list[int]] = field(default_factory=dict)  # name -> launches carried over from runs/
+    run_order: list[str] = field(default_factory=list)  # a launch index's order: a cell's budgets side by side
 
     @classmethod
     def of(cls, config: dict, *, main: bool) -> Plan:
@@ -67,6 +68,7 @@ class Plan:
             plan.set_aside[str(paths.set_aside_marker(plan.found.digest()))] = plan.found
         plan.by_launch = ledger.markers_by_launch(plan.set_aside)
         plan.adopted = ledger.adoptable(plan.measured, plan.most_launches, plan.found)
+        plan.run_order = study.cell_major(list(specs.values()))
         return plan
 
     def notes(self) -> list[str]:

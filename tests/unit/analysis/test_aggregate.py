@@ -341,3 +341,42 @@ def test_a_goodput_row_merges_its_launches_searches_steps_and_convergence():
     assert chat["launch_overhead_s"] == slo["launch_overhead_s"] == 4.0
     both = aggregate.merged_rows([(1, launch(10.0, 5, True)), (2, launch(20.0, 7, True))])[1]
     assert both["search_converged"] is True
+
+
+def test_a_budget_whose_server_drafted_nothing_is_not_a_measurement_of_that_budget(tmp_path):
+    """Budget 4 drafted no token in any section of either launch (a server that ignored the draft
+    setting): its rows say so, carry no figures, are no candidate in the verdict, and the failure
+    table says what to check instead of asking for another run. One drafted token anywhere (or a
+    section that does not say) keeps it a measurement."""
+    from specsweep.analysis import answer
+    from specsweep.records import status
+
+    cfg = study.validate_study({"grid": {"budget": [0, 2, 4], "tp": [1], "context": [128]},
+                                "workload": {"launches": 2}})
+    runs = tmp_path / "launches"
+    for spec in study.expand_grid(cfg):
+        for k in (1, 2):
+            doc = result_doc(replace(spec, launch=k), tok_s=100.0 + spec.budget, drafts=0 if spec.budget == 4 else None)
+            store.write_json_atomic(runs / spec.name / f"launch{k}.json", doc)
+    frame = aggregate.summarize(cfg, runs, tmp_path / "failures")
+    idle = frame[frame["budget"] == 4]
+    assert set(idle["status"]) == {status.NOT_ENGAGED} and idle["output_tok_s"].isna().all()
+    assert set(idle["reason"]) == {"budget 4: the server drafted no token in any section of 2 launch(es), so this "
+                                   "is not a measurement of the budget"}
+    assert set(frame.loc[frame["budget"] != 4, "status"]) == {status.OK}
+    best = answer.best_table(frame, defaults("verdict"))
+    assert set(best["budgets_measured"]) == {"0 2"} and set(best["budgets_missing"]) == {"4"}
+    report = partial_reports.failure_report(frame, tmp_path / "failures")
+    assert "tp1-b4-ctx128" in report and "speculation did not engage" in report
+    assert "the launches stand, measuring them again would change nothing" in report
+    # Settled: nothing more to run, so a clean run drops the partial reports.
+    assert frame["status"].isin(status.SETTLED).all()
+    # One section of one launch that drafted is enough; a section that does not say is no zero.
+    drafted = json.loads((runs / "tp1-b2-ctx128" / "launch1.json").read_text())
+    results = [store.read_result(runs / "tp1-b4-ctx128" / f"launch{k}.json") for k in (1, 2)]
+    assert not aggregate.drafted(results)
+    results[1].sections[-1]["draft_tokens"] = 1
+    assert aggregate.drafted(results)
+    results[1].sections[-1]["draft_tokens"] = None
+    assert aggregate.drafted(results)
+    assert drafted["sections"][0]["draft_tokens"] > 0

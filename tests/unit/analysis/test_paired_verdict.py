@@ -17,10 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from factories import BUDGETS, paired_study
 from specsweep.analysis import answer, cells, variance, verdict
 from specsweep.records import status
-
-from factories import BUDGETS, paired_study
 
 NOISE = {  # sigma_u (launch), sigma_pi (prompt), sigma_e (interaction): each dominating once
     "launches": (0.08, 0.05, 0.02),

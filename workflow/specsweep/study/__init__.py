@@ -8,7 +8,7 @@ import study`` then ``study.load_study(path)``, ``study.expand_grid(config)``.
 """
 
 from specsweep.spec import EMBEDDED, LaunchSpec, Section
-from specsweep.study.grid import expand_grid, find_spec, make_spec
+from specsweep.study.grid import cell_major, expand_grid, find_spec, make_spec
 from specsweep.study.loading import (
                                      check_local_paths,
                                      load_study,
@@ -19,5 +19,6 @@ from specsweep.study.loading import (
                                      validate_study,
 )
 
-__all__ = ["EMBEDDED", "LaunchSpec", "Section", "check_local_paths", "expand_grid", "find_spec", "load_study",
-           "make_spec", "model_path_problem", "provisioned", "schema_path", "shown_command", "validate_study"]
+__all__ = ["EMBEDDED", "LaunchSpec", "Section", "cell_major", "check_local_paths", "expand_grid", "find_spec",
+           "load_study", "make_spec", "model_path_problem", "provisioned", "schema_path", "shown_command",
+           "validate_study"]

@@ -114,10 +114,21 @@ def check_unique_names(specs: list[LaunchSpec]) -> None:
         seen[spec.name] = spec
 
 
+def cell_major(specs: list[LaunchSpec]) -> list[str]:
+    """The configurations' names with the budgets of one cell side by side (grid order otherwise):
+    the verdict compares budgets at the same launch index, so the closer in time they run, the less
+    a machine that drifts between minutes moves one budget against another."""
+    cells: dict[tuple, list[str]] = {}
+    for spec in specs:
+        key = tuple(sorted((k, str(v)) for k, v in spec.values.items() if k != "budget"))
+        cells.setdefault(key, []).append(spec.name)
+    return [name for names in cells.values() for name in names]
+
+
 def launch_order(names: list[str], launch: int) -> list[str]:
-    """The order configurations run in at one launch index (on --cores 1): grid order at odd
-    launches, reversed at even ones, so that drift over a sweep (a machine warming up, a cache
-    filling) reaches every budget alike instead of always favouring whoever runs first."""
+    """The order configurations run in at one launch index (on --cores 1): ``names`` (cell_major)
+    at odd launches, reversed at even ones, so that drift over a sweep (a machine warming up, a
+    cache filling) reaches every budget alike instead of always favouring whoever runs first."""
     return list(names) if launch % 2 else list(reversed(names))
 
 

@@ -238,3 +238,24 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     out = tmp_path / "c.csv"
     assert cli.main(["compare", str(folder / "results"), str(folder / "results"), "--csv", str(out)]) == 0
     assert set(pd.read_csv(out)["verdict"]) == {"~"}
+
+
+def test_a_launch_index_runs_each_cells_budgets_side_by_side_and_reverses_at_even_launches():
+    """Grid order is budget-major (b0 at every context, then b2, ...); a launch index runs a cell's
+    budgets one after another instead, every axis but the budget held, and the next launch index
+    runs them all in reverse, so that a machine drifting between minutes moves budgets of one cell
+    as little and as evenly as it can."""
+    from specsweep.study import grid
+
+    cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1, 2], "context": [128, 512]}})
+    specs = study.expand_grid(cfg)
+    order = study.cell_major(specs)
+    assert sorted(order) == sorted(s.name for s in specs) and order != [s.name for s in specs]
+    pairs = [order[i:i + 2] for i in range(0, len(order), 2)]
+    assert all({n.split("-")[1] for n in pair} == {"b0", "b4"} and len({n.replace("b4", "b0") for n in pair}) == 1
+               for pair in pairs), order
+    assert grid.launch_order(order, 2) == list(reversed(order)) and grid.launch_order(order, 3) == order
+    # Every job of launch 1 above every job of launch 2; within one, the cell-major order.
+    ranks = {(n, k): grid.launch_priority(order, n, k, 2) for n in order for k in (1, 2)}
+    assert min(ranks[n, 1] for n in order) > max(ranks[n, 2] for n in order)
+    assert sorted(order, key=lambda n: -ranks[n, 1]) == order

@@ -60,7 +60,7 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/workflow/test_rerun.py", "tests/unit/study/test_grid_axes.py", "tests/unit/measure/test_quiet_host.py",
     "tests/unit/measure/test_leases.py", "tests/unit/measure/test_gpu_memory.py",
     "tests/workflow/test_secrets.py", "tests/unit/analysis/test_verdict.py",
-    "tests/unit/analysis/test_race.py",
+    "tests/unit/analysis/test_race.py", "tests/unit/analysis/test_paired_verdict.py",
     "tests/workflow/test_launches.py",
     "tests/unit/servers/test_backends.py", "tests/workflow/test_sglang_standin.py",
     "tests/unit/measure/test_goodput.py",

@@ -21,6 +21,8 @@ from factories import BUDGETS, paired_study
 from specsweep.analysis import answer, cells, variance, verdict
 from specsweep.records import status
 
+SMALL_SHARE = 0.75  # measured: 131 of 150 cells (87%) at seed 5, the test that uses it
+
 NOISE = {  # sigma_u (launch), sigma_pi (prompt), sigma_e (interaction): each dominating once
     "launches": (0.08, 0.05, 0.02),
     "prompts": (0.01, 0.40, 0.03),
@@ -43,32 +45,6 @@ def coverage(structure: str, mu: dict[int, float], best: int, trials: int, seed:
             sizes += len(chosen)
             total += 1
     return held / total, sizes / total
-
-
-@pytest.mark.parametrize("structure", sorted(NOISE))
-def test_the_best_set_holds_the_true_best_at_the_stated_confidence_whichever_level_dominates(structure):
-    """All four budgets equal (the least favourable case for MCB: every comparison at its edge)
-    and a graded case; 60 studies of 6 cells each, so 360 verdicts a case. Three binomial standard
-    errors below 95% would be a failure, not luck."""
-    floor = 0.95 - 3 * math.sqrt(0.95 * 0.05 / 360)
-    equal, equal_size = coverage(structure, dict.fromkeys(BUDGETS, 0.0), 8, 60, seed=11)
-    graded, graded_size = coverage(structure, {0: 0.0, 2: 0.04, 4: 0.08, 8: 0.10}, 8, 60, seed=12)
-    print(f"\n{structure}: coverage {equal:.3f} (all equal, set size {equal_size:.2f}), "
-          f"{graded:.3f} (graded, set size {graded_size:.2f})")
-    assert equal >= floor and graded >= floor, (equal, graded)
-
-
-def test_a_quarter_faster_budget_is_decided_under_the_default_shape_of_noise():
-    """The measured shape here (docs/verdicts.md): launches about 3%, the interaction about 15%;
-    with eight prompts a section and two launches, a budget 25% faster than the rest is named."""
-    rng = random.Random(5)
-    named = 0
-    for _ in range(10):
-        frame = paired_study(rng, {0: 0.0, 2: 0.0, 4: 0.0, 8: math.log(1.25)}, launch=0.03, prompt=0.2,
-                             interaction=0.15).frame()
-        table = answer.best_table(frame, {"confidence": 0.95, "tie": 0.01})
-        named += int((table["best_budget"] == 8).sum())
-    assert named >= 0.8 * 60, named
 
 
 def test_the_variance_components_are_recovered():
@@ -199,3 +175,37 @@ def test_the_speedup_is_the_geometric_mean_of_the_paired_speedups_inside_its_int
     assert cells.paired_speedup(found, 4) == pytest.approx(expected)
     low, high = cells.speedup_interval(found, 4, confidence=0.95)
     assert low < expected < high
+
+
+# --- the simulations (slowest last, so that a mutant meets the quick tests first) -----------------
+
+@pytest.mark.parametrize("structure", sorted(NOISE))
+def test_the_best_set_holds_the_true_best_at_the_stated_confidence_whichever_level_dominates(structure):
+    """All four budgets equal (the least favourable case for MCB: every comparison at its edge)
+    and a graded case; 60 studies of 6 cells each, so 360 verdicts a case. Three binomial standard
+    errors below 95% would be a failure, not luck."""
+    floor = 0.95 - 3 * math.sqrt(0.95 * 0.05 / 360)
+    equal, equal_size = coverage(structure, dict.fromkeys(BUDGETS, 0.0), 8, 60, seed=11)
+    graded, graded_size = coverage(structure, {0: 0.0, 2: 0.04, 4: 0.08, 8: 0.10}, 8, 60, seed=12)
+    print(f"\n{structure}: coverage {equal:.3f} (all equal, set size {equal_size:.2f}), "
+          f"{graded:.3f} (graded, set size {graded_size:.2f})")
+    assert equal >= floor and graded >= floor, (equal, graded)
+
+
+def test_a_quarter_faster_budget_leaves_a_best_set_of_at_most_two_under_the_default_studys_noise():
+    """The default study's design (6 launches of one prompt per section) under the noise it measured
+    here (launches about 9%, the budget-by-prompt interaction about 8%): where one budget is 25%
+    faster than the others, the best set holds at most two budgets in most cells, and never lacks
+    the faster one more often than the confidence allows."""
+    rng = random.Random(5)
+    small = held = total = 0
+    for _ in range(25):
+        drawn = paired_study(rng, {0: 0.0, 2: 0.0, 4: 0.0, 8: math.log(1.25)}, launch=0.09, prompt=0.2,
+                             interaction=0.08, launches=6, prompts=1)
+        table = answer.best_table(drawn.frame(), {"confidence": 0.95, "tie": 0.01})
+        sets = [{int(b) for b in members.split()} for members in table["best_set"]]
+        small += sum(len(chosen) <= 2 for chosen in sets)
+        held += sum(8 in chosen for chosen in sets)
+        total += len(sets)
+    print(f"\nbest set of at most two in {small} of {total} cells; the faster budget kept in {held}")
+    assert small >= SMALL_SHARE * total and held >= 0.95 * total - 3 * math.sqrt(0.95 * 0.05 * total)

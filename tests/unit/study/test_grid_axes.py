@@ -52,7 +52,7 @@ def test_a_study_axis_names_configurations_and_reaches_the_server_through_its_pl
 def test_three_axis_studies_keep_their_names_and_params(default_config):
     """Upgrading must not rerun a finished configuration: the same names, the same params."""
     names = [s.name for s in study.expand_grid(default_config)]
-    assert names[:3] == ["tp1-b0-ctx128", "tp1-b0-ctx1024", "tp1-b2-ctx128"] and len(names) == 8
+    assert names[:3] == ["tp1-b0-ctx128", "tp1-b0-ctx512", "tp1-b2-ctx128"] and len(names) == 8
     legacy = yaml.safe_load((LEGACY / "study.yaml").read_text())
     cfg = study.validate_study(legacy)
     for path in sorted((LEGACY / "results" / "runs").glob("*.json")):
@@ -247,7 +247,7 @@ def test_a_launch_index_runs_each_cells_budgets_side_by_side_and_reverses_at_eve
     as little and as evenly as it can."""
     from specsweep.study import grid
 
-    cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1, 2], "context": [128, 512]}})
+    cfg = study.validate_study({"grid": {"budget": [0, 4], "tp": [1], "context": [128, 512, 1024]}})
     specs = study.expand_grid(cfg)
     order = study.cell_major(specs)
     assert sorted(order) == sorted(s.name for s in specs) and order != [s.name for s in specs]

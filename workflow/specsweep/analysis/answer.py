@@ -138,7 +138,7 @@ def _needs(found: cells.Evidence, decided: verdict.Verdict, valued: pd.DataFrame
                          f"{variance.MOST_LAUNCHES} launches"}
     launches = max(launches, decided.units + 1)  # what it has did not decide: at least one more
     return {"needs_launches": launches, "needs_prompts": prompts,
-            "needs": f"about {launches} launches of {prompts} prompts per section"}
+            "needs": f"about {launches} launches of {prompts} prompt{'' if prompts == 1 else 's'} per section"}
 
 
 def _budgets(values) -> str:

@@ -57,7 +57,7 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
                 row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
             + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
-            _interval(row), (row["best_set"] or "none") + _needs_words(row), row["budgets_missing"] or "none"]
+            _interval(row), _set_words(row), row["budgets_missing"] or "none"]
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
@@ -296,8 +296,15 @@ def _rests_on_words(best: pd.DataFrame) -> str:
     prompts = best["prompts"].dropna() if "prompts" in best else pd.Series(dtype=float)
     if len(prompts):
         low, high = int(prompts.min()), int(prompts.max())
-        words += f" of {low if low == high else f'{low}-{high}'} prompts per section, paired across budgets"
+        count = low if low == high else f"{low}-{high}"
+        words += f" of {count} prompt{'' if high == 1 else 's'} per section, paired across budgets"
     return words
+
+
+def _set_words(row: dict) -> str:
+    """The front page's best-set cell: the set and, undecided, what it needs; "none" without one."""
+    members = row.get("best_set")
+    return (members if isinstance(members, str) and members else "none") + _needs_words(row)
 
 
 def _needs_words(row: dict) -> str:

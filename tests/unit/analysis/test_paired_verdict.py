@@ -91,7 +91,11 @@ def test_unequal_launch_counts_are_fitted_with_the_launch_effects_that_racing_le
     # Exactly additive data: nothing left at either level.
     assert design.launch_ms == pytest.approx(0.0, abs=1e-20) and design.interaction == pytest.approx(0.0, abs=1e-20)
     # The third launch index (budget 0 absent) gives budget 4 a smaller variance against 8 than against 0.
-    assert design.factor(4, 8) < design.factor(4, 0)
+    assert design.covariance(4, 8, 8) < design.covariance(4, 0, 0)
+    # Var(mu_4 - mu_0) per unit: the budgets' own variances less twice their covariance.
+    a, b = design.budgets.index(0), design.budgets.index(4)
+    cov = design.unit_cov
+    assert design.covariance(4, 0, 0) == pytest.approx(cov[a, a] + cov[b, b] - 2 * cov[a, b])
 
 
 def test_a_cell_whose_launches_scatter_beyond_the_pooled_figure_keeps_its_own():
@@ -120,9 +124,21 @@ def test_the_pooled_launch_noise_counts_a_launch_groups_cells_as_one():
     count once, not three times."""
     design = variance.Design((0, 4), {0: 0.0, 4: 0.0}, np.eye(2), {0: 2, 4: 2}, 8.0, 0.01, 1, 0.04, 14)
     one = variance.pooled_launch_noise([("g", design)] * 3)[0]
-    apart = variance.pooled_launch_noise([("a", design), ("b", design), ("c", design)])[0]
+    apart, parts = variance.pooled_launch_noise([("a", design), ("b", design), ("c", design)])
     assert one.variance == apart.variance == pytest.approx(0.01 - 0.04 / 8)
     assert one.df < apart.df
+    # Satterthwaite's pieces, exactly: each cell's launch mean square over its share of degrees of
+    # freedom and its interaction over its own, weighted by degrees of freedom.
+    assert apart.terms == pytest.approx(3 * ((1 * 0.01) ** 2 / 1 + (1 * 0.04 / 8) ** 2 / 14))
+    assert one.terms == pytest.approx(3 * ((1 * 0.01) ** 2 / (1 / 3) + (1 * 0.04 / 8) ** 2 / 14))
+    assert apart.spread == pytest.approx(2 * apart.terms / 3 ** 2)
+    # Leaving one cell out is pooling the others alone.
+    other = variance.Design((0, 4), {0: 0.0, 4: 0.0}, np.eye(2), {0: 3, 4: 3}, 8.0, 0.03, 2, 0.08, 28)
+    both, pieces = variance.pooled_launch_noise([("a", design), ("b", other)])
+    alone = variance.pooled_launch_noise([("b", other)])[0]
+    rest = both.without(pieces[0])
+    assert (rest.excess, rest.weight) == pytest.approx((alone.excess, alone.weight))
+    assert rest.variance == pytest.approx(0.03 - 0.08 / 8) and rest.weight == 2
 
 
 def test_kalibera_and_jones_optimal_prompts_and_the_launches_a_gap_needs():

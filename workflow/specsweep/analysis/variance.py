@@ -67,11 +67,6 @@ class Design:
     interaction: float  # sigma_e^2 (nan without degrees of freedom)
     interaction_df: int
 
-    def factor(self, i: int, j: int) -> float:
-        """Var(mu_hat_j - mu_hat_i) per unit of the launch-level variance."""
-        a, b = self.budgets.index(i), self.budgets.index(j)
-        return float(self.unit_cov[a, a] + self.unit_cov[b, b] - 2 * self.unit_cov[a, b])
-
     def covariance(self, i: int, j: int, k: int) -> float:
         """Cov(mu_hat_j - mu_hat_i, mu_hat_k - mu_hat_i) per unit of the launch-level variance."""
         a, b, c = (self.budgets.index(x) for x in (i, j, k))

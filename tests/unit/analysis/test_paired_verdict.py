@@ -155,6 +155,22 @@ def test_kalibera_and_jones_optimal_prompts_and_the_launches_a_gap_needs():
                                     margin=0.0) is None
     assert variance.launches_needed([1e-4], launch=0.09, interaction=0.0225, prompts=28, critical=2.0,
                                     margin=0.0) is None
+    # Launches cheaper than a prompt (ratio 1/4) ask for fewer prompts: sqrt(0.25 x 16) = 2.
+    assert variance.optimal_prompts(0.01, 0.16, 0.25, least=1) == 2
+    assert variance.optimal_prompts(0.01, 0.16, -1.0, least=1) == 1
+    # The gap beyond the margin is what must clear the allowance: 0.2 - 0.1 at critical 2 and unit
+    # variance 0.5 takes 0.5 / 0.05^2 = 200 launches; a gap within the margin can only be tied,
+    # which takes the margin's own precision: 0.5 / (0.1 / 2)^2 = 200 as well, and at 0.05 margin 800.
+    assert variance.launches_needed([0.2], launch=0.25, interaction=0.0, prompts=1, critical=2.0, margin=0.1) == 200
+    assert variance.launches_needed([0.05], launch=0.25, interaction=0.0, prompts=1, critical=2.0,
+                                    margin=0.05) == 800
+    assert variance.launches_needed([0.3, 0.2], launch=0.25, interaction=0.0, prompts=1, critical=2.0,
+                                    margin=0.1) == 200  # the hardest gap decides
+    assert variance.launches_needed([], launch=0.25, interaction=0.0, prompts=1, critical=2.0, margin=0.1) == 0
+    # MOST_LAUNCHES itself is still priced; one more is out of reach.
+    assert variance.launches_needed([0.1], launch=5.0, interaction=0.0, prompts=1, critical=1.0, margin=0.0) == 1000
+    assert variance.launches_needed([0.1], launch=5.0001, interaction=0.0, prompts=1, critical=1.0,
+                                    margin=0.0) is None
 
 
 def test_an_undecided_cell_says_what_it_would_need_and_a_decided_one_nothing():

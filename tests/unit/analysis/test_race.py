@@ -92,7 +92,7 @@ def test_each_round_looks_at_the_stated_error_split_over_the_looks_racing_may_ta
     answer), so each look is held to 1 - 0.05 / 3; a cell whose best set at 95% is one budget but
     at 98.3% two is still raced."""
     assert answer.look_confidence({"confidence": 0.95}, 3) == 1 - 0.05 / 3
-    assert answer.look_confidence({"confidence": 0.9}, 1) == 0.9
+    assert answer.look_confidence({"confidence": 0.9}, 1) == answer.look_confidence({"confidence": 0.9}) == 0.9
     assert ledger.looks({"workload": {"launches": 2}, "verdict": {"until_decided": {"max_launches": 4}}}) == 3
     assert ledger.looks({"workload": {"launches": 3}, "verdict": {"until_decided": None}}) == 1
     draws = {(128, 0): [100.0, 103.0], (128, 4): [108.0, 111.5]}

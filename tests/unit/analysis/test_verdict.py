@@ -194,3 +194,25 @@ def test_a_tie_reads_as_the_named_budget_and_its_set():
     assert verdict.words(verdict.TIED, 0, "0 2") == "0 (tied: 0 2)"
     assert verdict.words(verdict.UNDECIDED, None, "4 8") == "undecided: 4 8"
     assert verdict.words(verdict.DECIDED, 8, "8") == "8"
+
+
+def test_the_allowance_is_dunnetts_d_times_each_differences_standard_error():
+    """MCB on any covariance (verdict.allowances) gives, for independent units of equal sizes, the
+    one-sided Dunnett value of those sizes times each difference's standard error."""
+    cell = {0: [100.0, 104.0, 98.0, 101.0, 99.0], 2: [110.0, 108.0, 111.0, 109.0, 112.0],
+            4: [95.0, 97.0, 96.0, 99.0, 94.0]}
+    pooled = verdict.pool(cell)
+    est = verdict.one_way(pooled)
+    se = pooled.s * math.sqrt(2 / 5)
+    d = verdict.dunnett_one_sided(5, (5, 5), pooled.df, 0.95)
+    assert verdict.allowances(est, 0, [2, 4], 0.95) == pytest.approx({2: d * se, 4: d * se}, rel=1e-3)
+    # Two comparisons at once need more than one comparison's t.
+    assert d > verdict.stats.t.ppf(0.95, pooled.df) + 0.1
+
+
+def test_degrees_of_freedom_are_rounded_down_for_the_critical_values_and_capped():
+    """Rounded down, never up (a larger critical value, never a smaller one): to a whole number from
+    1, to a tenth below it, at most 1000."""
+    assert verdict.degrees(1.5) == 1.0 and verdict.degrees(2.99) == 2.0 and verdict.degrees(1.0) == 1.0
+    assert verdict.degrees(0.55) == 0.5 and verdict.degrees(0.01) == 0.1
+    assert verdict.degrees(1001.5) == verdict.degrees(5000.0) == 1000.0

@@ -35,7 +35,11 @@ def test_an_environment_variable_axis_runs_end_to_end(embedded, tmp_path):
         assert f"K ({kv})" in log and f"K ({'f16' if kv == 'q8_0' else 'q8_0'})" not in log, name
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert list(summary.columns[:7]) == ["name", "tp", "budget", "context", "kv", "section", "load"]
-    assert set(summary["status"]) == {"ok"} and summary["speedup"].notna().all()
+    # Two 8-token sections may give ngram-mod nothing to draft: such a budget is listed as
+    # "speculation did not engage", never given a speedup; every other row is measured.
+    measured_rows = summary[summary["status"] == "ok"]
+    assert set(summary["status"]) <= {"ok", "speculation did not engage"} and measured_rows["speedup"].notna().all()
+    assert set(summary.loc[summary["budget"] == 0, "status"]) == {"ok"}
     best = pd.read_csv(tmp_path / "results/best.csv")
     assert sorted(set(best["kv"])) == ["f16", "q8_0"] and len(best) == 2 * 2
     assert "Best draft budget per tp, context, kv, section and load" in out
@@ -54,5 +58,8 @@ def test_an_environment_variable_axis_runs_end_to_end(embedded, tmp_path):
                           cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pairs = pd.read_csv(csv)
-    assert len(pairs) == len(summary) and set(pairs["verdict"]) == {"~"} and (pairs["ratio"] == 1.0).all()
+    # A configuration whose speculation did not engage has no figure on either side to compare.
+    shown = pairs[pairs["verdict"] != "no result in either"]
+    assert len(pairs) == len(summary) and set(shown["verdict"]) == {"~"} and (shown["ratio"] == 1.0).all()
+    assert len(shown) == (summary["status"] == "ok").sum()
     assert sorted(set(zip(pairs["budget"], pairs["kv"]))) == [(0, "f16"), (0, "q8_0"), (4, "f16"), (4, "q8_0")]

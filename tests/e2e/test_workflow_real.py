@@ -120,10 +120,14 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     # The user sees what failed and why, and a partial summary with the failure marked.
     assert victim in out and "server-died" in out and "run the same command again" in out
     failed = pd.read_csv(tmp_path / "results/failed.csv")
+    # Eight- and 48-token sections may give ngram-mod nothing to draft: such a budget is listed as
+    # "speculation did not engage" (a measurement, not a failure); the one failure is the victim.
+    failed = failed[failed["status"] != "speculation did not engage"]
     assert list(failed["name"]) == [victim] and list(failed["status"]) == ["failed"]
     partial = pd.read_csv(tmp_path / "results/partial/summary.csv")
     assert partial[partial["name"] == victim]["output_tok_s"].isna().all()
-    assert (partial[partial["name"] != victim]["output_tok_s"] > 0).all()
+    others = partial[(partial["name"] != victim) & (partial["status"] == "ok")]
+    assert not others.empty and (others["output_tok_s"] > 0).all()
     assert (tmp_path / "results/partial/summary.png").exists()
     assert not (tmp_path / "results/summary.png").exists()  # never passes for a complete study
 
@@ -134,6 +138,9 @@ def test_server_killed_mid_section_fails_only_that_job_and_rerun_repeats_only_it
     for path, (data, mtime) in before.items():
         assert path.read_bytes() == data and path.stat().st_mtime_ns == mtime
     assert result_path(runs, victim).exists()
-    assert set(pd.read_csv(tmp_path / "results/summary.csv")["status"]) == {"ok"}
+    final = pd.read_csv(tmp_path / "results/summary.csv")
+    assert set(final["status"]) <= {"ok", "speculation did not engage"}
+    assert set(final.loc[final["budget"] == 0, "status"]) == {"ok"}
+    assert final.loc[final["name"] == victim, "status"].isin(["ok", "speculation did not engage"]).all()
     assert (tmp_path / "results/summary.png").exists()
     assert not (tmp_path / "results/failed.csv").exists() and not (tmp_path / "results/partial").exists()

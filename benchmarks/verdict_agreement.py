@@ -123,7 +123,7 @@ def named(best: pd.DataFrame) -> int:
 def report(folders: list[Path], took: dict[Path, float]) -> None:
     print("noise measured:\n" + (noise(folders) or "  (no paired verdicts)"))
     agree, total, lines = agreement(folders)
-    pairs = sum(1 for line in lines)
+    pairs = len(lines)
     print(f"\nagreement: {agree} of {total} run pairs x cells ({agree / max(total, 1):.0%}) have no named best "
           f"outside the other run's best set and no disjoint sets; {pairs} contradict:")
     print("\n".join(f"  {line}" for line in lines) or "  none")

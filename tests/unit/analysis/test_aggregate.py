@@ -289,6 +289,7 @@ def test_speedups_their_spread_and_interval_are_against_budget_0_of_the_same_cel
             verdict.interval(found.estimates, 4, confidence=0.95))
         assert fast["speedup_low"] < fast["speedup_paired"] < fast["speedup_high"]
         assert base["speedup_paired"] == 1.0 and 1.4 < fast["speedup_paired"] < 1.6
+        assert math.isnan(base["speedup_low"]) and math.isnan(base["speedup_high"])  # 0 against itself: none
     # add_speedup's own default is the 95% the study's schema defaults to.
     again = aggregate.add_speedup(frame.drop(columns=["speedup_low", "speedup_high"]), defaults("verdict"))
     assert list(again["speedup_low"].dropna()) == pytest.approx(list(frame["speedup_low"].dropna()))

@@ -168,9 +168,9 @@ def add_speedup(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
     frame["speedup_min"] = frame["output_tok_s_min"].astype("float64") / baseline
     frame["speedup_max"] = frame["output_tok_s_max"].astype("float64") / baseline
     frame["speedup_low"], frame["speedup_high"], frame["speedup_paired"] = math.nan, math.nan, math.nan
+    rows = frame[frame["status"] == OK].groupby(same, sort=False).groups
     for key, found in cells.evidence(frame).items():
-        where = (frame["status"] == OK) & (frame[same] == pd.Series(dict(zip(same, key)))).all(axis=1)
-        for index in frame.index[where]:
+        for index in rows[key]:
             budget = int(frame.loc[index, "budget"])
             interval = cells.speedup_interval(found, budget, confidence=settings["confidence"])
             if interval is not None:

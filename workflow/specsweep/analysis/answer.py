@@ -24,11 +24,6 @@ FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "s
            "speedup_min", "speedup_max")
 
 
-def groups_of(frame: pd.DataFrame) -> list[str]:
-    """What the best budget is chosen per: every axis but the budget, then the section and load."""
-    return cells.keys_of(frame.columns)
-
-
 def keys_of_best(best: pd.DataFrame) -> list[str]:
     """The columns a best table is grouped by: those before best_budget."""
     cols = list(best.columns)
@@ -47,15 +42,15 @@ def best_table(frame: pd.DataFrame, settings: dict, *, looks: int = 1) -> pd.Dat
     """Per value of every other axis, section and load (a cell): the verdict (analysis/verdict.py,
     at the confidence and tie of ``settings``, the study's verdict:, each of ``looks`` looks at
     look_confidence) on the budgets measured there, from the cell's evidence (analysis/cells.py),
-    with the figures of the budget it names (or, undecided, of the highest), the speedup and its
-    interval, what the verdict rests on and, undecided, what it would need, and the budgets
+    with the figures of the budget it names (or, undecided, of the highest) as the summary row
+    has them, what the verdict rests on and, undecided, what it would need, and the budgets
     without a result.
 
     Budget 0 competes too: when speculation is slower, the answer is 0. A budget without a
     result is never a candidate: it is listed as missing, never counted as zero.
     """
     rows = []
-    keys, inside = groups_of(frame), axes.within(frame.columns)
+    keys, inside = cells.keys_of(frame.columns), axes.within(frame.columns)
     confidence = look_confidence(settings, looks)
     evidence = cells.evidence(frame)
     # The axes in their sort order, sections and loads in the workload's.
@@ -79,7 +74,7 @@ def best_table(frame: pd.DataFrame, settings: dict, *, looks: int = 1) -> pd.Dat
         rows.append({
             **where, "best_budget": decided.named, "verdict": decided.state, "best_set": _budgets(decided.members),
             "within_noise": _budgets(decided.others), "highest_budget": decided.highest,
-            **{c: shown.get(c) for c in FIGURES}, **_paired_figures(found, head, confidence),
+            **_figures(shown),
             "sustained_rate_rps": shown.get("sustained_rate_rps"), "confidence": settings["confidence"],
             "basis": decided.basis, "launches": decided.units, **_rests_on(found),
             **_needs(found, decided, valued, settings["tie"], confidence),
@@ -94,16 +89,14 @@ def _decide(found: cells.Evidence, confidence: float, tie: float) -> verdict.Ver
     return verdict.best_set(found.estimates, confidence=confidence, tie=tie, basis=found.basis, units=found.units)
 
 
-def _paired_figures(found: cells.Evidence, budget: int, confidence: float) -> dict:
-    """Where the requests pair, the speedup is the geometric mean of the per-prompt speedups and
-    its interval the paired design's (else the figures' ratio of mean throughputs stands)."""
-    speedup = cells.paired_speedup(found, budget)
-    if speedup is None:
-        return {}
-    if budget == 0:  # budget 0 against itself: 1 by definition, no interval to give
-        return {"speedup": 1.0, "speedup_low": math.nan, "speedup_high": math.nan}
-    low, high = cells.speedup_interval(found, budget, confidence=confidence)
-    return {"speedup": speedup, "speedup_low": low, "speedup_high": high}
+def _figures(shown: pd.Series) -> dict:
+    """The named (or highest) budget's figures from its summary row (aggregate.add_speedup). Where
+    the requests pair, its speedup is the paired one, the figure its interval is about (else the
+    ratio of mean throughputs)."""
+    figures = {c: shown.get(c) for c in FIGURES}
+    if not pd.isna(shown.get("speedup_paired", math.nan)):
+        figures["speedup"] = shown["speedup_paired"]
+    return figures
 
 
 def _rests_on(found: cells.Evidence) -> dict:

@@ -96,8 +96,11 @@ def evidence(frame: pd.DataFrame) -> dict[tuple, Evidence]:
 
 
 def speedup_interval(found: Evidence, budget: int, *, confidence: float) -> tuple[float, float] | None:
-    """A budget's speedup over budget 0 with its interval, from the cell's evidence; None without
-    budget 0, or where the units give no interval (one launch's repeats, one unit each)."""
+    """A budget's speedup over budget 0 with its interval, from the cell's evidence; None for budget
+    0 itself (1 by definition), without budget 0, or where the units give no interval (one
+    launch's repeats, one unit each)."""
+    if budget == 0:
+        return None
     if found.estimates is not None:
         if 0 not in found.estimates.means or budget not in found.estimates.means:
             return None

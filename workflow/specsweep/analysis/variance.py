@@ -148,10 +148,6 @@ class LaunchNoise:
     def df(self) -> float:
         return 2 * self.variance ** 2 / self.spread if self.spread > 0 else math.inf
 
-    @property
-    def sd(self) -> float:
-        return math.sqrt(self.variance)
-
     def without(self, other: LaunchNoise) -> LaunchNoise:
         return LaunchNoise(self.excess - other.excess, self.weight - other.weight, self.terms - other.terms)
 

@@ -1,28 +1,26 @@
 """The verdict of one cell: the best draft budget, the budgets that cannot be told from it, and
 each budget's speedup with an interval.
 
-A cell is one value of every axis but the budget, one section and one load level. Its unit of
-replication is the launch: each launch of a configuration is a server of its own, started at
-another minute on a machine in another state, and its section throughput (tokens over wall
-time) is one number. Repeats on one launch share that server and that minute, so they miss the
-noise between launches (three runs of the default study once named three different "decisive"
-best budgets from them). Only where every budget of a cell has a single launch are the repeats
-used instead, and the verdict says so (``basis``).
+A cell is one value of every axis but the budget, one section and one load level. What it is
+decided on is analysis/cells.py's: where every budget's launch k sent the same prompts, the
+paired design of its requests (analysis/variance.py: an estimate per budget, their covariance,
+the launch noise counted in full); else each launch's section throughput as one unit (one-way,
+the variance pooled over the cell's budgets), or, where every budget has a single launch, that
+launch's repeats, which miss the noise between launches (three runs of the default study once
+named three different "decisive" best budgets from them; the verdict says so, ``basis``).
 
 The procedure is multiple comparisons with the best (MCB; J. C. Hsu, Multiple Comparisons:
-Theory and Methods, Chapman & Hall 1996, ch. 4; for equal sizes it is Gupta's subset selection,
-Gupta 1965) on the logarithm of throughput, so that differences are ratios. The variance is
-pooled over the cell's budgets (a one-way model: every budget's launches scatter alike), with
-sum(n_i - 1) degrees of freedom. Budget i stays in the best set unless some budget j beats it by
-more than the tie margin plus the MCB allowance:
+Theory and Methods, Chapman & Hall 1996, ch. 4; for independent units of equal sizes it is
+Gupta's subset selection, Gupta 1965) on the logarithm of throughput, so that differences are
+ratios (``best_set`` on any ``Estimates``). Budget i stays in the best set unless some budget j
+beats it by more than the tie margin plus the MCB allowance:
 
-    mean_j - mean_i > ln(1 + tie) + d_i * s * sqrt(1/n_i + 1/n_j)
+    m_j - m_i > ln(1 + tie) + d_i * SE(m_j - m_i)
 
-where d_i is the one-sided Dunnett critical value for i against the k - 1 others (the
-multivariate t of the k - 1 differences, from SciPy). The set then holds the truly best budget
-with probability at least ``confidence``. The speedup interval of a budget is the two-sided
-t interval of its log throughput against budget 0's, with the same pooled variance (a per-budget
-interval, not a simultaneous one).
+where d_i is the one-sided critical value of the multivariate t of the k - 1 differences with
+their own correlations (Dunnett's for independent units, from SciPy). The set then holds the
+truly best budget with probability at least ``confidence``. The speedup interval of a budget is
+the two-sided t interval of m_b - m_0 (a per-budget interval, not a simultaneous one).
 """
 
 from __future__ import annotations

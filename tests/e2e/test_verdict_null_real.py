@@ -37,7 +37,6 @@ def test_two_budget_labels_of_one_speculation_are_not_told_apart(embedded, tmp_p
     # Every cell was decided on the paired requests, and neither label left the other's best set.
     assert list(best["basis"]) == ["prompts", "prompts"] and set(best["prompts"]) == {6, 4}
     assert list(best["best_set"]) == ["2 3", "2 3"], best.to_string()
-    assert best["verdict"].isin(["tied", "undecided"]).all()
     # Both labels speculated (a label that drafted nothing would be no measurement of a budget).
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert set(summary["status"]) == {"ok"}

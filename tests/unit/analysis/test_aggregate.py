@@ -373,11 +373,9 @@ def test_a_budget_whose_server_drafted_nothing_is_not_a_measurement_of_that_budg
     # Settled: nothing more to run, so a clean run drops the partial reports.
     assert frame["status"].isin(status.SETTLED).all()
     # One section of one launch that drafted is enough; a section that does not say is no zero.
-    drafted = json.loads((runs / "tp1-b2-ctx128" / "launch1.json").read_text())
     results = [store.read_result(runs / "tp1-b4-ctx128" / f"launch{k}.json") for k in (1, 2)]
     assert not aggregate.drafted(results)
     results[1].sections[-1]["draft_tokens"] = 1
     assert aggregate.drafted(results)
     results[1].sections[-1]["draft_tokens"] = None
     assert aggregate.drafted(results)
-    assert drafted["sections"][0]["draft_tokens"] > 0

@@ -104,6 +104,15 @@ class State:
         self.busy_above = 0  # --busy-above: from this many in flight, a request waits slow_ttft
         self.slow_ttft = 0.0
 
+    def pace(self, t0: float, i: int) -> None:
+        """Sleep until the i-th token is due: a deadline per token, not a sleep per token, so that
+        the rate is ``1 / delay`` however long writing an event took on a busy host (a sleep per
+        token adds every write's cost and every late wake-up to the pace: under parallel tests a
+        four-times-faster budget once measured about two times)."""
+        due = t0 + i * self.delay - time.monotonic()
+        if due > 0:
+            time.sleep(due)
+
     def fire(self, what: str) -> None:
         if self.fault_log:
             with open(self.fault_log, "a") as fh:
@@ -222,7 +231,7 @@ def make_handler(state: State):
                         return  # Connection: close: the stream just ends, without its final event or last chunk
                 self._event({"content": " w", "tokens": [7], "stop": False, "tokens_predicted": i,
                              "tokens_evaluated": n_prompt})
-                time.sleep(state.delay)
+                state.pace(t0, i)
             ms = (time.monotonic() - t0) * 1000
             state.tokens_total += produced + (1 if here and state.fault == "miscount-at-request" else 0)
             if here and state.fault in ("unhealthy-after-request", "dying-health-after-request"):
@@ -269,10 +278,11 @@ def make_handler(state: State):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for _ in range(n_predict):
+            t0 = time.monotonic()
+            for i in range(1, n_predict + 1):
                 self._event({"id": "x", "object": "text_completion", "model": "fault-server",
                              "choices": [{"index": 0, "text": " w", "finish_reason": None}]})
-                time.sleep(state.delay)
+                state.pace(t0, i)
             state.tokens_total += n_predict
             self._event({"id": "x", "object": "text_completion", "model": "fault-server",
                          "choices": [{"index": 0, "text": "", "finish_reason": "length"}],

@@ -77,6 +77,12 @@ def test_a_successful_run_shows_each_measurement_then_the_answer_and_the_report_
     assert re.search(r"^\s+1\s+16\s+medium\s+c1\s+([02]|-)\s.*" + verdict, answer, re.M), answer
     assert "rests on one launch's repeats" in answer
     assert "Without a result: none." in answer
+    # Where the answer's server commands are: the named configurations' scripts, or (none named) why not.
+    named = re.findall(r"^\s+1\s+16\s+\S+\s+c1\s+([02])\s", answer, re.M)
+    deploy = re.search(r"^Deploy: (.*)$", answer, re.M)
+    assert deploy, answer
+    assert all(f"results/deploy/tp1-b{b}-ctx16.sh" in deploy[1] for b in named), answer
+    assert named or deploy[1].startswith("no cell names one budget"), answer
     assert "Report: snakemake --report results/report.html" in answer
 
 

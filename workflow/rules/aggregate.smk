@@ -39,6 +39,7 @@ rule summary:
             labels={"item": "merged study configuration"},
         ),
         answer=str(paths.ANSWER),
+        deploy=directory(str(paths.DEPLOY)),
         figure=reported(
             str(paths.SUMMARY_PNG),
             caption="../report/summary.rst",
@@ -67,6 +68,7 @@ rule summary:
         "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
         "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "
         "--best-page {output.best_page} --study-page {output.study_page} --answer {output.answer} "
+        "--deploy {output.deploy} "
         "--figure {output.figure} --tradeoff {output.tradeoff} 2> {log}"
 
 

@@ -423,6 +423,8 @@ def _report_data_outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary-page", type=Path, default=paths.REPORT_SUMMARY)
     parser.add_argument("--best-page", type=Path, default=paths.REPORT_BEST)
     parser.add_argument("--study-page", type=Path, default=paths.REPORT_STUDY)
+    parser.add_argument("--deploy", type=Path, default=paths.DEPLOY,
+                        help="the server command of each configuration the answer names: deploy.json and scripts")
     parser.add_argument("--answer", type=Path, default=paths.ANSWER,
                         help="what the terminal shows after the main command (the Snakefile's onsuccess prints it)")
 
@@ -435,15 +437,19 @@ def cmd_report_data(args) -> int:
 def _write_report_data(study: dict, args, frame, *, summary: Path) -> None:
     """The best table, the report's pages, the frozen study config and the terminal's answer, from
     the summary as written (read back from its CSV: the report shows what the table says)."""
-    from specsweep.analysis import report
+    from specsweep.analysis import deploy, report
     from specsweep.analysis.archive import frozen_config
 
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
     store.write_text_atomic(args.study_config, study_yaml)
-    report.write_all(study, frame, launches_dir=args.launches, failures_dir=args.failures, best_csv=args.best,
-                     front=args.front, failures_html=args.failures_page, pages_dir=args.pages,
-                     tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml, study_html=args.study_page)
-    store.write_text_atomic(args.answer, report.terminal_answer(summary, args.best) + "\n")
+    best = report.write_all(study, frame, launches_dir=args.launches, failures_dir=args.failures,
+                            best_csv=args.best, front=args.front, failures_html=args.failures_page,
+                            pages_dir=args.pages, tables_html=(args.summary_page, args.best_page),
+                            study_yaml=study_yaml, study_html=args.study_page, deploy_dir=args.deploy)
+    found = deploy.build(study, frame, best, args.launches)
+    deploy.write(found, args.deploy)
+    store.write_text_atomic(args.answer, report.terminal_answer(summary, args.best, deployed=(found, args.deploy))
+                            + "\n")
 
 
 def args_archive(parser: argparse.ArgumentParser) -> None:

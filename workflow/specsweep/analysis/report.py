@@ -24,8 +24,8 @@ from specsweep.spec import SLO, Objective
 from specsweep.study.grid import expand_grid
 
 
-def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked: dict[str, list[str]] | None = None
-               ) -> str:
+def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked: dict[str, list[str]] | None = None,
+               *, deploy_dir: Path = paths.DEPLOY) -> str:
     """The report's first page (reStructuredText): the answer, then what is missing and why."""
     bad = not_ok(frame)
     title = f"specsweep: {config['study']}"
@@ -59,6 +59,9 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
             _interval(row), _set_words(row), row["budgets_missing"] or "none"]
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
+    lines += ["", f"The server command of each configuration a cell names, as its launch ran it: "
+              f"``{Path(deploy_dir) / '<configuration>.sh'}`` (a shell script to run as it is), and every cell with "
+              f"its best set, commands and reasons in ``{Path(deploy_dir) / 'deploy.json'}``."]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
         lines.append("Every configuration has a valid result.")
@@ -227,10 +230,12 @@ def _html(title: str, body: str) -> str:
 
 def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures_dir: Path, best_csv: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
-              study_yaml: str, study_html: Path) -> None:
+              study_yaml: str, study_html: Path, deploy_dir: Path = paths.DEPLOY) -> pd.DataFrame:
+    """Every page of the report's data; the best table, which it writes to ``best_csv``."""
     best = best_table(frame, config["verdict"], looks=looks(config))
     store.write_text_atomic(best_csv, best.to_csv(index=False))
-    store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, launches_dir)))
+    store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, launches_dir),
+                                              deploy_dir=deploy_dir))
     summary_html, best_html = tables_html
     keys = ["name", *axes.columns(frame.columns), *axes.within(frame.columns)]
     shown = frame[keys + [c for c in SUMMARY_SHOWN if c in frame.columns]]
@@ -240,11 +245,13 @@ def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures
     store.write_text_atomic(failures_html, failures_page(frame))
     for name, page in configuration_pages(config, frame, launches_dir, failures_dir).items():
         store.write_text_atomic(Path(pages_dir) / f"{name}.html", page)
+    return best
 
 
-def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> str:
+def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12, deployed=None) -> str:
     """What the terminal shows when the main command succeeds: the verdict per cell (a few lines of
-    results/best.csv), what has no result and why, and where to look next."""
+    results/best.csv), what has no result and why, and where to look next (``deployed``: the
+    answer's server commands, (analysis/deploy.Deploy, its folder))."""
     best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string",
                                         "best_set": "string", "verdict": "string", "basis": "string",
                                         "needs": "string"}).fillna(
@@ -282,9 +289,25 @@ def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12) -> st
     bad = not_ok(frame)
     lines.append("Without a result: " + ("none." if bad.empty else ", ".join(
         f"{r.name} ({r.status}: {r.reason})" for r in bad.itertuples())))
+    if deployed is not None:
+        lines.append(_deploy_words(*deployed))
     lines += [f"Figures: results/summary.png, results/tradeoff.png (per user against per GPU); table: {summary_csv}.",
               "Report: snakemake --report results/report.html   (one file, opened in any browser)"]
     return "\n".join(lines)
+
+
+def _deploy_words(found, folder: Path) -> str:
+    """Where the named configurations' server commands are: "Deploy: results/deploy/tp1-b4-ctx128.sh
+    (context 128, short), ...; every cell in results/deploy/deploy.json"."""
+    named = {}
+    for where, script in found.named_scripts():
+        named.setdefault(script, []).append(", ".join(str(v) for k, v in where.items() if k != "tp"))
+    shown = "; ".join(f"{Path(folder) / script} ({' | '.join(cells)})" for script, cells in list(named.items())[:4])
+    more = f"; {len(named) - 4} more" if len(named) > 4 else ""
+    if not shown:
+        return (f"Deploy: no cell names one budget; a script per best-set member in {folder}/, every cell and "
+                f"why in {Path(folder) / 'deploy.json'}.")
+    return f"Deploy: {shown}{more}; every cell, its best set and its commands in {Path(folder) / 'deploy.json'}."
 
 
 def _rests_on_words(best: pd.DataFrame) -> str:

@@ -22,6 +22,7 @@ SUMMARY_CSV = RESULTS / "summary.csv"
 SUMMARY_PNG = RESULTS / "summary.png"
 TRADEOFF_PNG = RESULTS / "tradeoff.png"  # tok/s per user against tok/s per GPU, across load levels
 BEST_CSV = RESULTS / "best.csv"
+DEPLOY = RESULTS / "deploy"  # the server command of each answer's configuration: deploy.json, <name>.sh
 STUDY_CONFIG = RESULTS / "study" / "config.yaml"  # the merged study config the summary was made from
 PARTIAL_CSV = RESULTS / "partial" / "summary.csv"
 PARTIAL_PNG = RESULTS / "partial" / "summary.png"

@@ -10,7 +10,8 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   none                   behave
   exit-at-startup        print a removed-argument error and exit 1 before listening
   signature-at-startup   print a CUDA illegal-instruction traceback and exit 1
-  oom-at-startup         run out of host memory while loading: std::bad_alloc, then abort (SIGABRT)
+  oom-at-startup         run out of host memory while loading: std::bad_alloc, then abort (SIGABRT);
+                         with --oom-above-ctx N, only where -c (llama-server's context size) is above N
   never-ready            /health answers 503 "Loading model" forever
   die-at-request:N       SIGKILL itself after a few tokens of request N
   die-after-request:N    SIGKILL itself right after request N completed
@@ -31,6 +32,9 @@ Faults (``N`` counts /completion requests from 1; the warmup is request 1):
   port-in-use-at-startup print llama-server's bind failure and exit 1
   uncounted-at-request:N final event of request N without its count of generated tokens
   misevaluated-at-request:N  final event of request N counts one prompt token fewer than sent
+  mispredicted-at-request:N  final event of request N has a timings.predicted_n one above the tokens
+                         it streamed and counted (llama-server fills both from the slot's count of
+                         decoded tokens; the check is servers/backends/llama_server.py final)
   dying-health-after-request:N  once request N completed, /health answers 503 and the process exits
   no-metrics             /metrics answers 501, as llama-server started without --metrics
   metrics-gone-after-request:N  /metrics answers HTTP 500 once request N completed
@@ -247,7 +251,8 @@ def make_handler(state: State):
             evaluated = n_prompt - 1 if here and state.fault == "misevaluated-at-request" else n_prompt
             self._event({"content": "", "stop": True, "tokens_predicted": counted, "tokens_evaluated": evaluated,
                          "stop_type": "limit", "truncated": False,
-                         "timings": {"predicted_n": produced, "predicted_ms": ms,
+                         "timings": {"predicted_n": produced + (here and state.fault == "mispredicted-at-request"),
+                                     "predicted_ms": ms,
                                      "predicted_per_second": produced / (ms / 1000) if ms else 0,
                                      **({"draft_n": drafts * state.budget, "draft_n_accepted": accepted}
                                         if state.budget > 0 else {})}})
@@ -361,10 +366,16 @@ def main() -> None:
     parser.add_argument("--launch-noise", type=float, default=0.0, help="sigma of log of a per-launch pace factor")
     parser.add_argument("--starts", help="a file counting starts: seeds the launch noise, numbers --fault-on-start")
     parser.add_argument("--fault-on-start", type=int, default=0, help="--fault on this start alone (1 = the first)")
+    parser.add_argument("-c", "--ctx-size", type=int, default=0, help="llama-server's context size (-c)")
+    parser.add_argument("--oom-above-ctx", type=int, default=0,
+                        help="run out of memory at startup (oom-at-startup) where -c is above this, as a context "
+                             "too large for the machine does")
     args, _unknown = parser.parse_known_args()  # accept llama-server flags and ignore them
     start = _count_start(args.starts) if args.starts else 0
     if args.fault_on_start and start != args.fault_on_start:
         args.fault = "none"
+    if args.oom_above_ctx:
+        args.fault = "oom-at-startup" if args.ctx_size > args.oom_above_ctx else "none"
     speeds = {int(b): float(f) for b, f in (pair.split(":") for pair in args.speed_by_budget.split(",") if pair)}
     factor = math.exp(random.Random(f"launch:{start}").gauss(0.0, args.launch_noise)) if args.launch_noise else 1.0
     args.token_delay = args.token_delay / speeds.get(args.budget, 1.0) / factor

@@ -6,6 +6,7 @@
                                                           # killed yet (less those judged equivalent),
                                                           # with the tests as they are now
     python tests/mutation/run.py --report                 # the kept copy's score and survivors
+    python tests/mutation/run.py --untargeted             # the trust checks no target mutates
     SPECSWEEP_MUTATION_TESTS=tests/unit/analysis/test_verdict.py python tests/mutation/run.py \
         'specsweep.analysis.verdict.*'                    # one package against its own tests
 
@@ -29,6 +30,7 @@ judged equivalent in equivalent.txt), and the diff of every other survivor.
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import json
 import os
@@ -96,6 +98,42 @@ def unmutated(globs: list[str]) -> list[str]:
     score would pass them over in silence (as it did cache.py's and offline.py's until 2026-12-05)."""
     files = {"specsweep." + f.removesuffix(".py").replace("/", ".") for f in MUTATED}
     return [g for g in globs if not any(g.startswith(module + ".") for module in files)]
+
+
+# What refuses a measurement: a function that raises one of these is a trust check.
+REFUSALS = {"InvalidResponse", "PromptReused", "ClientOverload", "ServerDied", "ServerHung", "HostNotQuiet",
+            "GpuThrottled", "ResultRefused", "InvalidResult", "IncomparableResults", "InconsistentStudy"}
+
+
+def trust_checks(package: Path = REPO / "workflow" / "specsweep") -> list[str]:
+    """Every function of the package that raises a refusal (REFUSALS), by its mutmut name."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = "specsweep." + ".".join(path.relative_to(package).with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        for owner, node in _functions(tree):
+            if any(isinstance(n, ast.Raise) and _raised(n) in REFUSALS for n in ast.walk(node)):
+                bar = "\u01c1"  # mutmut's separator of class and method
+                found.append(f"{module}.x_{node.name}" if owner is None else f"{module}.x{bar}{owner}{bar}{node.name}")
+    return found
+
+
+def _functions(tree: ast.Module):
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield None, node
+        elif isinstance(node, ast.ClassDef):
+            yield from ((node.name, n) for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _raised(node: ast.Raise) -> str | None:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return exc.id if isinstance(exc, ast.Name) else exc.attr if isinstance(exc, ast.Attribute) else None
+
+
+def untargeted(globs: list[str]) -> list[str]:
+    """The trust checks that no target glob names: nobody has seen their mutants fail a test."""
+    return [name for name in trust_checks() if not any(fnmatch.fnmatchcase(name, g) for g in globs)]
 
 
 def prepare() -> None:
@@ -191,6 +229,12 @@ def report(results: dict[str, str], minutes: float) -> tuple[str, float]:
 
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
+    if argv == ["--untargeted"]:
+        left = untargeted(read_list("targets.txt"))
+        print("\n".join(left) or "every trust check is a target")
+        print(f"{len(left)} of {len(trust_checks())} trust checks (functions raising {', '.join(sorted(REFUSALS))}) "
+              f"have no target in targets.txt", file=sys.stderr)
+        return 0
     if argv == ["--report"]:
         globs, code = read_list("targets.txt"), 0
     elif argv == ["--again"]:

@@ -80,6 +80,8 @@ CASES = [
      ["final event has no integer count of generated tokens"]),
     ("misevaluated-at-request:2", {}, 14, "invalid-response", "short",
      ["server evaluated 15 prompt tokens, 16 were sent"]),
+    ("mispredicted-at-request:2", {}, 14, "invalid-response", "short",
+     ["timings.predicted_n 9 != tokens_predicted 8"]),
     ("dying-health-after-request:3", {}, 12, "server-died", "short",
      ["server died after section short: exited with code 3"]),
     ("unhealthy-after-request:3", {}, 12, "server-died", "short",
@@ -111,7 +113,8 @@ def test_fault_is_caught_classified_and_leaves_nothing(tmp_path, model, fault, s
 
 # Faults after which the server still runs and answers signals when it is torn down.
 GRACEFUL = {"never-ready", "stop-at-startup", "metrics-gone-after-request", "short-at-request", "uncounted-at-request",
-            "misevaluated-at-request", "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
+            "misevaluated-at-request", "mispredicted-at-request",
+            "error-at-request", "http500-at-request", "badjson-at-request", "small-context",
             "miscount-at-request", "unhealthy-after-request", "drop-at-request"}
 
 

@@ -35,13 +35,14 @@ rule launch_configuration:
         launch=get_launch_command,
         server_log=paths.SERVER_LOG,
         failures=str(paths.FAILURES),
+        infer_from=get_infer_from,
     # The first line is a comment for `snakemake -n -p`: the server command this job launches.
     shell:
         "# server: {params.launch}\n"
         "{PYTHON} -m specsweep launch --spec {params.spec:q} --manifests {input.manifests} "
         "--out {output} --server-log {params.server_log} "
         "--failures-dir {params.failures} --attempt {resources.attempt} "
-        "--quiet-host {QUIET_HOST:q} 2> {log}"
+        "--infer-from={params.infer_from:q} --quiet-host {QUIET_HOST:q} 2> {log}"
 
 
 # A results folder written before launches/ was named keeps its launches in runs/

@@ -98,6 +98,11 @@ def get_launch_spec(wildcards):
     return PLAN.launch_spec(wildcards.name, int(wildcards.launch)).to_json()
 
 
+def get_infer_from(wildcards):
+    """The configurations whose running out of memory this launch's failure is inferred from."""
+    return PLAN.infer_from(wildcards.name)
+
+
 def get_launch_priority(wildcards):
     """Launch k of every configuration runs before launch k + 1 of any (study.grid.launch_priority)."""
     return grid.launch_priority(

@@ -24,7 +24,7 @@ from specsweep.errors import (
     InternalError,
     SpecsweepError,
 )
-from specsweep.measure import attempts, interrupts, quiet_host
+from specsweep.measure import attempts, before_start, interrupts, quiet_host
 from specsweep.records import paths, store
 from specsweep.servers import signatures
 from specsweep.servers.backends import Provision
@@ -102,6 +102,9 @@ def args_launch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="serve on this port instead of a free one picked at random")
     parser.add_argument("--attempt", type=int, default=1,
                         help="Snakemake's attempt number; a retry after a deterministic failure is not run")
+    parser.add_argument("--infer-from", default="",
+                        help="comma-separated configurations (shorter contexts, all else equal): if one ran out of "
+                             "memory, refuse at once as inferred to fail (the study's infer_failures)")
     parser.add_argument("--quiet-host", "--guard", dest="quiet_host",
                         help="the study's quiet_host settings as JSON (default: the study's, or the defaults); "
                              "--guard is its old spelling")
@@ -127,6 +130,8 @@ def cmd_launch(args) -> int:
     started_at = store.utc_now()
     log_start = signatures.log_size(server_log)  # this attempt's lines start here
     try:
+        before_start.refuse_inferred([n for n in args.infer_from.split(",") if n], args.failures_dir,
+                                     paths.launches_of(out))
         launch_configuration(spec, out=out, server_log=server_log, settings=settings, port=args.port,
                           prompt_source=prompt_source)
         attempts.keep_in_history(spec, out, say)

@@ -232,6 +232,15 @@ class Excluded(SpecsweepError):
     advice = "nothing to do: the study excludes this configuration on this hardware"
 
 
+class InferredToFail(SpecsweepError):
+    """Not launched: a shorter context, every other axis equal, ran out of memory (infer_failures)."""
+
+    failure_class = "inferred-oom"
+    exit_code = 29
+    advice = ("nothing was measured or started; to measure it anyway, name it in infer_failures.measure_anyway, "
+              "or exclude the configuration that ran out of memory")
+
+
 class PortConflict(SpecsweepError):
     """Another process already serves the port: benchmarking it would measure a stranger."""
 

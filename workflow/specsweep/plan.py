@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specsweep import study
 from specsweep.analysis import ledger
-from specsweep.records import paths
+from specsweep.records import inferred, paths
 from specsweep.spec import LaunchSpec
 from specsweep.study import prompt_sets, targets
 
@@ -51,6 +51,7 @@ class Plan:
     by_launch: dict = field(default_factory=dict)  # (name, launch) -> the markers it waits for
     adopted: dict[str, list[int]] = field(default_factory=dict)  # name -> launches carried over from runs/
     run_order: list[str] = field(default_factory=list)  # a launch index's order: a cell's budgets side by side
+    inferred_to_fail: dict[str, inferred.Inference] = field(default_factory=dict)  # not launched (infer_failures)
 
     @classmethod
     def of(cls, config: dict, *, main: bool) -> Plan:
@@ -59,11 +60,16 @@ class Plan:
         alone tell it its inputs."""
         specs = {spec.name: spec for spec in study.expand_grid(config)}
         measured = [name for name, spec in specs.items() if ledger.exclusion_reason(config, spec) is None]
+        # Read only where the study opts in: the records of what ran out of memory at a shorter context.
+        inferred_here = {name: why for name in measured
+                 if (why := inferred.inferred(inferred.sources(config, specs[name].values))) is not None
+                 and not paths.launch_results(paths.LAUNCHES, name)}
+        measured = [name for name in measured if name not in inferred_here]
         plan = cls(config, specs, measured, launches=ledger.launches_planned(config),
                    most_launches=ledger.most_launches(config), provisioned=study.provisioned(config),
                    shown={name: study.shown_command(spec) for name, spec in specs.items()},
                    set_aside=ledger.recorded_set_asides(),
-                   found=ledger.plan_set_aside(config) if main else ledger.SetAside())
+                   found=ledger.plan_set_aside(config) if main else ledger.SetAside(), inferred_to_fail=inferred_here)
         if plan.found:
             plan.set_aside[str(paths.set_aside_marker(plan.found.digest()))] = plan.found
         plan.by_launch = ledger.markers_by_launch(plan.set_aside)
@@ -74,6 +80,8 @@ class Plan:
     def notes(self) -> list[str]:
         """What the main process says before the plan: what it sets aside, and racing's bounds."""
         lines = self.found.lines()
+        lines += [f"inferred to fail, not launched (infer_failures): {name}: {why.reason}"
+                  for name, why in self.inferred_to_fail.items()]
         if self.adopted:
             count = sum(map(len, self.adopted.values()))
             lines.append(f"{count} launch result(s) in {paths.LEGACY_RUNS}/, the folder's older name, are carried into "
@@ -98,6 +106,11 @@ class Plan:
             raise ValueError(f"launch {launch} of {name}: the study gives each configuration {self.most_launches} "
                              f"at most (workload.launches, verdict.until_decided)")
         return dataclasses.replace(self.spec(name), launch=launch)
+
+    def infer_from(self, name: str) -> Unrecorded:
+        """What a launch job's failure is inferred from (infer_failures): the shorter contexts that
+        may run out of memory earlier in the same run. Unrecorded: opting in reruns nothing."""
+        return Unrecorded(",".join(inferred.sources(self.config, self.spec(name).values)))
 
     def adopted_names(self) -> str:
         """The adopt rule's constraint on {name}: each configuration with a result to carry over,

@@ -19,8 +19,9 @@ from specsweep.analysis.ledger import (
 )
 from specsweep.errors import IncomparableResults
 from specsweep.records import paths
+from specsweep.records.inferred import inferred, sources
 from specsweep.records.result import METRICS, SEARCH_COLUMNS, Result
-from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_ENGAGED, NOT_RUN, OK
+from specsweep.records.status import EXCLUDED, FAILED, INFERRED, INVALID, NOT_ENGAGED, NOT_RUN, OK
 from specsweep.records.store import InvalidResult, latest_failure, read_result, write_text_atomic
 from specsweep.spec import LaunchSpec
 from specsweep.study.grid import expand_grid
@@ -70,6 +71,8 @@ def _rows_for(config: dict, spec: LaunchSpec, launches_dir: Path, failures_dir: 
             return _status_rows(base, spec, NOT_ENGAGED, f"budget {spec.budget}: the server drafted no token in any "
                                 f"section of {len(results)} launch(es), so this is not a measurement of the budget")
         return [{**base, "status": OK, "reason": "", **row} for row in merged_rows(results)]
+    if (why := inferred(sources(config, spec.values), failures_dir, launches_dir)) is not None:
+        return _status_rows(base, spec, INFERRED, why.reason)
     failure = latest_failure(failures_dir, spec.name)
     if failure is not None:
         return _status_rows(base, spec, FAILED, f"[{failure.failure_class}] {failure.reason}")

@@ -16,10 +16,10 @@ import pandas as pd
 
 from specsweep import axes
 from specsweep.analysis import aggregate
-from specsweep.errors import advice_for
+from specsweep.errors import InferredToFail, advice_for
 from specsweep.records import paths
 from specsweep.records.failure import Failure
-from specsweep.records.status import EXCLUDED, FAILED, INVALID, NOT_ENGAGED, SETTLED
+from specsweep.records.status import EXCLUDED, FAILED, INFERRED, INVALID, NOT_ENGAGED, SETTLED
 from specsweep.records.store import latest_failure
 
 
@@ -89,8 +89,7 @@ def next_steps(bad: pd.DataFrame, records: dict[str, Failure | None]) -> list[st
         if row.status == EXCLUDED:
             continue
         record = records.get(row.name)
-        name = record.failure_class if record else {INVALID: "invalid-result", NOT_ENGAGED: NOT_ENGAGED}.get(
-            row.status, "not run")
+        name = _class_of(row.status, record)
         by_class.setdefault(name, []).append(row.name)
     lines = []
     for name, names in by_class.items():
@@ -102,6 +101,16 @@ def next_steps(bad: pd.DataFrame, records: dict[str, Failure | None]) -> list[st
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"Next, for {name} ({shown}): {what}.")
     return lines
+
+
+def _class_of(status: str, record: Failure | None) -> str:
+    """What a row without a result is listed under: inferred ones by their class (their record may
+    be their own refusal's, or none where the plan left them out), else the record's class."""
+    if status == INFERRED:
+        return InferredToFail.failure_class
+    if record:
+        return record.failure_class
+    return {INVALID: "invalid-result", NOT_ENGAGED: NOT_ENGAGED}.get(status, "not run")
 
 
 def exclude_entry(row: dict, axis_names: list[str], record: Failure | None) -> str | None:

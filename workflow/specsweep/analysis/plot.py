@@ -26,7 +26,7 @@ import seaborn as sns  # noqa: E402
 
 from specsweep import axes as grid_axes  # noqa: E402
 from specsweep.analysis.aggregate import not_ok  # noqa: E402
-from specsweep.records.status import EXCLUDED, NOT_ENGAGED, OK  # noqa: E402
+from specsweep.records.status import EXCLUDED, INFERRED, NOT_ENGAGED, OK  # noqa: E402
 from specsweep.spec import SLO, loads_named  # noqa: E402
 
 LABELS = {
@@ -36,6 +36,7 @@ LABELS = {
 }
 SPREAD = {"output_tok_s": ("output_tok_s_min", "output_tok_s_max"), "speedup": ("speedup_min", "speedup_max")}
 STATUS_MARKS = {EXCLUDED: ("o", "grey", "excluded"), NOT_ENGAGED: ("s", "darkorange", "speculation did not engage"),
+                INFERRED: ("v", "purple", "inferred: out of memory at a shorter context"),
                 "default": ("X", "crimson", "failed / no result")}
 TP_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (1, 4)), "v"), ((0, (5, 1)), "P"))
 AXIS_LABELS = {"budget": "draft budget (0 = no speculation)", "tp": "tensor-parallel size",

@@ -1,14 +1,16 @@
 """What is refused before a server starts (the runner's first step): the spec and its command,
 the API key the study names, the model path, the prompts file and the prompt set's manifest, an
-exclusion by the architecture of the GPUs the job was handed; and the secrets to hide wherever a
-command, log line or record is written."""
+exclusion by the architecture of the GPUs the job was handed, a failure inferred from a shorter
+context's (infer_failures); and the secrets to hide wherever a command, log line or record is
+written."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from specsweep.errors import ConfigError, Excluded
-from specsweep.records import paths
+from specsweep.errors import ConfigError, Excluded, InferredToFail
+from specsweep.records import inferred, paths
 from specsweep.servers import backends
 from specsweep.spec import EMBEDDED, LaunchSpec
 from specsweep.study import prompt_sets
@@ -67,3 +69,11 @@ def check_exclusions(excluded_on: tuple, hw: dict) -> None:
             raise Excluded(f"excluded on compute capability {', '.join(hit)}: {reason}; the plan did not "
                            f"leave it out because it was made on a host of another kind: plan on this kind of "
                            f"host, or set hardware.compute_capability in the study")
+
+
+def refuse_inferred(sources: list[str], failures_dir: Path, launches_dir: Path) -> None:
+    """Refuse, with no server started, a launch whose failure the study infers from a shorter
+    context's running out of memory earlier (``sources``: the plan's candidates, in order)."""
+    if (why := inferred.inferred(sources, failures_dir, launches_dir)) is not None:
+        raise InferredToFail(f"inferred: {why.reason}; not launched (infer_failures.out_of_memory)",
+                             evidence=[why.record])

@@ -102,13 +102,18 @@ def next_attempt(failures_dir: Path, name: str) -> int:
 
 def latest_failure(failures_dir: Path, name: str) -> Failure | None:
     """The newest failure record of a configuration, or None."""
+    found = latest_failure_at(failures_dir, name)
+    return found[1] if found else None
+
+
+def latest_failure_at(failures_dir: Path, name: str) -> tuple[Path, Failure] | None:
+    """The newest readable failure record of a configuration and its path, or None."""
     folder = Path(failures_dir) / name
     if not folder.is_dir():
         return None
-    paths = sorted(folder.glob("*.json"))
-    for path in reversed(paths):
+    for path in sorted(folder.glob("*.json"), reverse=True):
         try:
-            return Failure.from_json(json.loads(path.read_text()))
+            return path, Failure.from_json(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError, AttributeError, TypeError):
             continue
     return None

@@ -222,6 +222,9 @@ def check_study(config: dict) -> None:
     check_unique_names(specs)
     for spec in specs:
         spec.check_fits()
+    if unknown := sorted(set(config["infer_failures"]["measure_anyway"]) - {spec.name for spec in specs}):
+        raise ConfigError(f"infer_failures.measure_anyway: {', '.join(unknown)} is not a configuration of this "
+                          f"study; `specsweep grid` lists their names")
     if not templates.uses(server["speculative_args"], "budget") and any(b > 0 for b in config["grid"]["budget"]):
         raise ConfigError(
             "server.speculative_args has no {budget} placeholder, so every budget above 0 "

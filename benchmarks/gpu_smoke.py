@@ -275,7 +275,8 @@ def configuration_facts(path: Path) -> dict:
         "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
         "server_counter": {k: v for k, v in s["counters"].items() if k.endswith("tokens_predicted_total")},
         "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry") or []}
+        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry") or [],
+        "energy": s.get("energy")}
         for s in doc["sections"]]
     return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
             "unchecked": (doc["server"].get("preflight") or {"unchecked": ["not recorded"]})["unchecked"],
@@ -315,6 +316,12 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
         ("NVML sees a GPU", bool(before), sorted(before)),
         ("each section's telemetry holds clocks, power and memory", bool(sections) and all(
             s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections), None),
+        # Energy per token from the GPU's own counter or its power: positive, and (a model on a GPU
+        # draws above idle while it generates) above idle where an idle reading was taken.
+        ("each section records its energy per output token", bool(sections) and all(
+            s["energy"] and s["energy"]["j_per_output_token"] > 0 for s in sections),
+         [(s["name"], (s["energy"] or {}).get("j_per_output_token"), (s["energy"] or {}).get(
+             "j_per_output_token_above_idle"), (s["energy"] or {}).get("source")) for s in sections]),
         ("the server logs show the model's weights in a CUDA buffer", bool(logs) and all(offloaded(p) for p in logs),
          [p.parent.name for p in logs]),
         ("GPU memory rose during the run", any(peak.get(g, 0) > used + MEMORY_ROSE for g, used in before.items()),

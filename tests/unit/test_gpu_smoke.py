@@ -28,12 +28,16 @@ def test_the_stages_fit_one_device_call():
         gpu_smoke.limits_for(True, ["compile=5"])
 
 
-def _study(tmp_path, *, telemetry: list, log: str, unchecked=()):
+GOOD_ENERGY = {"joules": 51.2, "source": "counter", "gpus": 1, "j_per_output_token": 0.8,
+               "j_per_output_token_above_idle": 0.3, "j_per_token": 0.2, "output_tokens_per_j": 1.25}
+
+
+def _study(tmp_path, *, telemetry: list, log: str, unchecked=(), energy=GOOD_ENERGY):
     launch = tmp_path / "results" / "launches" / "tp1-b4-ctx128" / "launch1.json"
     launch.parent.mkdir(parents=True)
     section = {"name": "short", "output_tokens": 64, "output_tok_s": 900.0, "acceptance_length": 2.0,
                "counters": {"llamacpp:tokens_predicted_total": 64}, "draft_tokens": 30, "draft_accepted": 20,
-               "quiet_host": {"gpu_telemetry": telemetry}}
+               "quiet_host": {"gpu_telemetry": telemetry}, "energy": energy}
     launch.write_text(json.dumps({"name": "tp1-b4-ctx128", "sections": [section], "lease": {"devices": ["0"]},
                                   "hardware": {"gpus": []}, "server": {"version": "b1", "preflight": {
                                       "checked": ["context: 4096 tokens, 161 needed"], "unchecked": list(unchecked)}}}))
@@ -73,21 +77,23 @@ def test_a_run_on_the_gpu_that_held_passes_each_check(tmp_path):
     study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
     checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
-    gpu_checks = {k: v for k, v in checks.items() if "GPU" in k or "CUDA" in k or "telemetry" in k}
+    gpu_checks = {k: v for k, v in checks.items() if any(w in k for w in ("GPU", "CUDA", "telemetry", "energy"))}
+    assert "each section records its energy per output token" in gpu_checks
     assert gpu_checks and all(gpu_checks.values()), checks
     assert checks["tokens are the server's counter's"] and checks["no llama-server process left"]
     assert checks["both configurations measured"] is False  # one launch file was written here, not two
 
 
 @pytest.mark.parametrize("broken", ["no memory reading", "layers on the CPU", "weights in an empty CUDA buffer",
-                                    "memory kept", "memory never rose"])
+                                    "memory kept", "memory never rose", "no energy", "energy of zero"])
 def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
     unread = [{**GOOD_TELEMETRY[0], "memory_used_mib_max": None}]
     telemetry = unread if broken == "no memory reading" else GOOD_TELEMETRY
     log = {"layers on the CPU": ON_THE_CPU[0], "weights in an empty CUDA buffer": ON_THE_CPU[1]}.get(broken, OFFLOADED)
     after = (900 << 20) if broken == "memory kept" else (500 << 20)
     peak = (510 << 20) if broken == "memory never rose" else (1700 << 20)
-    study = _study(tmp_path, telemetry=telemetry, log=log)
+    energy = {"no energy": None, "energy of zero": {**GOOD_ENERGY, "j_per_output_token": 0.0}}.get(broken, GOOD_ENERGY)
+    study = _study(tmp_path, telemetry=telemetry, log=log, energy=energy)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": peak}, "after": {"0": after}}
     checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
     one_launch = {"both configurations measured", "the budget configuration drafted"}  # one file written here
@@ -95,7 +101,9 @@ def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
     expected = {"no memory reading": "each section's telemetry holds clocks, power and memory",
                 "layers on the CPU": "the server logs show the model's weights in a CUDA buffer",
                 "weights in an empty CUDA buffer": "the server logs show the model's weights in a CUDA buffer",
-                "memory kept": "GPU memory came back after it", "memory never rose": "GPU memory rose during the run"}
+                "memory kept": "GPU memory came back after it", "memory never rose": "GPU memory rose during the run",
+                "no energy": "each section records its energy per output token",
+                "energy of zero": "each section records its energy per output token"}
     assert failed == {expected[broken]}
 
 

@@ -5,6 +5,8 @@ The choice of GPUs and the telemetry's arithmetic: tests/unit/measure/test_gpu_t
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import NAME, fault_study, launch_cli, load
 from gpu_box import HW_THERMAL, SW_POWER_CAP, box, h100
 from specsweep.records import store
@@ -20,6 +22,22 @@ def test_through_the_cli_a_result_records_its_gpus_and_their_clocks(nvml, tmp_pa
         [gpu] = section["quiet_host"]["gpu_telemetry"]
         assert gpu["gpu"] == "0" and gpu["samples"] >= 2 and gpu["power_capped_share"] == 1.0
         assert gpu["slowed_share"] == 0.0 and gpu["power_w"]["max"] == 700.0 and gpu["reasons"] == ["sw_power_cap"]
+        # No energy counter on this box: the power integrated over the section's window, 700 W
+        # throughout (and at idle, read before the server started), so nothing above idle.
+        spent = section["energy"]
+        assert spent["source"] == "power" and spent["joules"] == pytest.approx(700 * gpu["energy_window_s"], rel=1e-3)
+        assert spent["j_per_output_token"] == pytest.approx(spent["joules"] / section["output_tokens"])
+        assert abs(spent["j_per_output_token_above_idle"]) < 0.01 * spent["j_per_output_token"]  # rounding
+    assert doc["lease"]["idle_power_w"] == {"0": 700.0}
+
+
+def test_through_the_cli_the_energy_counter_gives_each_sections_energy(nvml, tmp_path, model):
+    nvml(box(energy_mj=5_000_000))  # a counter that does not move: no energy spent, and said so
+    rc, err = launch_cli(tmp_path, fault_study(model, gpu=True))
+    assert rc == 0, err
+    doc = load(tmp_path / "launches" / f"{NAME}.json")
+    assert all(s["energy"]["source"] == "counter" and s["energy"]["joules"] == 0.0 for s in doc["sections"])
+    assert all(s["energy"]["output_tokens_per_j"] is None for s in doc["sections"])  # no division by zero
 
 
 def test_through_the_cli_a_hot_gpu_fails_the_configuration_as_gpu_throttled(nvml, tmp_path, model):

@@ -11,7 +11,8 @@ a call the device does not support raises NVMLError(NVML_ERROR_NOT_SUPPORTED).
 The table: {"driver": "...", "gpus": [{"uuid", "name", "pci_bus_id", "memory_total",
 "memory_used" (held by processes), "memory_reserved" (the driver's and firmware's, default 0),
 "memory_v2" (default true), "cc": [major, minor], "pids": [...], "sm_clock_mhz", "temperature_c",
-"power_mw", "reasons"}], "nvlink": [[i, j], ...] (pairs joined by NVLink), "ancestor":
+"power_mw", "reasons", "energy_mj" (the total-energy counter; absent: a GPU without one)}],
+"nvlink": [[i, j], ...] (pairs joined by NVLink), "ancestor":
 {"i,j": level} (others: 50, SYSTEM)}.
 """
 
@@ -123,6 +124,14 @@ def nvmlDeviceGetTemperature(handle, sensor: int) -> int:
 
 def nvmlDeviceGetPowerUsage(handle) -> int:
     return _gpu(handle)["power_mw"]
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle) -> int:
+    """mJ since the driver loaded (Volta and later); NOT_SUPPORTED on a GPU without the counter."""
+    gpu = _gpu(handle)
+    if "energy_mj" not in gpu:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return gpu["energy_mj"]
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle) -> int:

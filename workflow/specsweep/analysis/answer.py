@@ -13,15 +13,17 @@ from scipy import stats
 
 from specsweep import axes
 from specsweep.analysis import cells, variance, verdict
+from specsweep.records.result import ENERGY_COLUMNS
 from specsweep.records.status import OK
 
 RESULT_COLUMNS = ["best_budget", "verdict", "best_set", "within_noise", "highest_budget", "output_tok_s",
                   "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high", "speedup_min",
-                  "speedup_max", "sustained_rate_rps", "confidence", "basis", "launches", "prompts",
+                  "speedup_max", *ENERGY_COLUMNS, "energy_source", "sustained_rate_rps", "confidence", "basis",
+                  "launches", "prompts",
                   "launch_sd", "interaction_sd", "needs_launches", "needs_prompts", "needs",
                   "budgets_measured", "budgets_missing"]
 FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high",
-           "speedup_min", "speedup_max")
+           "speedup_min", "speedup_max", *ENERGY_COLUMNS, "energy_source")
 
 
 def keys_of_best(best: pd.DataFrame) -> list[str]:

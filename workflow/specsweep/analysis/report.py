@@ -48,8 +48,9 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
              "in results/best.csv. Load c<n> is a closed loop with n requests in flight, r<x> an open loop of x "
              "requests/s." + (_objective_words(objective) if objective else "") + _basis_words(best), "",
              ".. list-table::", "   :header-rows: 1", ""]
+    energy = "j_per_output_token" in best and best["j_per_output_token"].notna().any()
     heads = [*keys, "best budget", "output tok/s (min-max)", f"speedup [{_confidence(best)} interval]", "best set",
-             "no result"]
+             "no result"] + (["J per output token (above idle; source)"] if energy else [])
     lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
     for row in best.to_dict("records"):
         cells = [row[k] for k in keys] + [
@@ -57,7 +58,8 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
                 row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
             + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
             _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
-            _interval(row), _set_words(row), row["budgets_missing"] or "none"]
+            _interval(row), _set_words(row), row["budgets_missing"] or "none"] + (
+            [_energy_words(row)] if energy else [])
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", f"The server command of each configuration a cell names, as its launch ran it: "
               f"``{Path(deploy_dir) / '<configuration>.sh'}`` (a shell script to run as it is), and every cell with "
@@ -78,6 +80,15 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
 
 
 _AXIS_WORDS = {"tp": "tensor-parallel size", "context": "prompt length"}
+
+
+def _energy_words(row: dict) -> str:
+    """"0.412 (0.198; counter)"; "absent" where no GPU's energy was read (never 0)."""
+    if pd.isna(row.get("j_per_output_token")):
+        return "absent"
+    above = row.get("j_per_output_token_above_idle")
+    return (f"{row['j_per_output_token']:.3g} ({'-' if pd.isna(above) else format(above, '.3g')}; "
+            f"{row.get('energy_source')})")
 
 
 def _objective_words(objective: dict) -> str:

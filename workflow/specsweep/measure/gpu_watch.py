@@ -13,7 +13,7 @@ import threading
 
 import psutil
 
-from specsweep.measure import host_facts
+from specsweep.measure import energy, host_facts
 
 
 def foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
@@ -74,7 +74,8 @@ class Sampler:
 def telemetry(samples: list[dict]) -> list[dict]:
     """Per GPU: its samples' SM clock (min, mean, max), hottest temperature, power (mean, max),
     most memory in use, the share of samples slowed for heat or power (host_facts.SLOWED) and at
-    the power cap, and every clock-event reason seen."""
+    the power cap, every clock-event reason seen, and its energy over the window (energy.gpu_energy:
+    the counter's delta, else power integrated; absent where the samples carry no time)."""
     out = []
     for gpu in dict.fromkeys(s["gpu"] for s in samples):
         mine = [s for s in samples if s["gpu"] == gpu]
@@ -90,5 +91,16 @@ def telemetry(samples: list[dict]) -> list[dict]:
             "slowed_share": round(sum(bool(s["reasons"] & host_facts.SLOWED) for s in mine) / len(mine), 4),
             "power_capped_share": round(sum(bool(s["reasons"] & host_facts.POWER_CAP) for s in mine) / len(mine), 4),
             "reasons": host_facts.clock_events(seen),
+            **_energy_of(mine),
         })
     return out
+
+
+def _energy_of(samples: list[dict]) -> dict:
+    if not all("at_s" in s for s in samples):  # samples written before energy was read
+        return {}
+    found = energy.gpu_energy(samples)
+    if found is None:
+        return {"energy_j": None, "energy_source": None, "energy_window_s": None}
+    return {"energy_j": round(found["joules"], 3), "energy_source": found["source"],
+            "energy_window_s": round(found["window_s"], 4)}

@@ -11,6 +11,7 @@ import functools
 import itertools
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -258,7 +259,8 @@ def clock_events(bits: int) -> list[str]:
 
 def gpu_sample(gpus: tuple[str, ...]) -> list[dict]:
     """One reading per GPU NVML can read: SM clock (MHz), temperature (C), power (W), memory in
-    use (MiB) and the clock-event reason bits in force; [] without NVML (simulated GPUs)."""
+    use (MiB), the clock-event reason bits in force, the total-energy counter (mJ; None where the
+    GPU has none) and when (``at_s``, monotonic); [] without NVML (simulated GPUs)."""
     lib = nvml() if gpus else None
     if lib is None:
         return []
@@ -271,7 +273,17 @@ def gpu_sample(gpus: tuple[str, ...]) -> list[dict]:
             out.append({"gpu": gpu, "sm_clock_mhz": int(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM)),
                         "temperature_c": int(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)),
                         "power_w": lib.nvmlDeviceGetPowerUsage(h) / 1000.0, "reasons": int(reasons(h)),
-                        "memory_used_mib": int(lib.nvmlDeviceGetMemoryInfo(h).used) >> 20})
+                        "memory_used_mib": int(lib.nvmlDeviceGetMemoryInfo(h).used) >> 20,
+                        "energy_mj": _energy_mj(lib, h), "at_s": time.monotonic()})
         except Exception:  # a GPU that cannot be read this time leaves a sample out, never a guess
             continue
     return out
+
+
+def _energy_mj(lib, h) -> int | None:
+    """NVML's total energy since the driver loaded (mJ), or None where the GPU has no such counter
+    (before Volta: NVML_ERROR_NOT_SUPPORTED)."""
+    try:
+        return int(lib.nvmlDeviceGetTotalEnergyConsumption(h))
+    except Exception:
+        return None

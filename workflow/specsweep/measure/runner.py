@@ -15,6 +15,7 @@ from specsweep.errors import ConfigError, SpecsweepError
 from specsweep.measure import (
     before_start,
     client,
+    energy,
     goodput,
     host_facts,
     interrupts,
@@ -55,6 +56,7 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
             derived=lambda p: backend.derived_ports(command.server_argv(spec, p, key), p)))
         hw = host_facts.facts(lease.gpus)
         before_start.check_exclusions(spec.excluded_on, hw)
+        idle_w = energy.idle_power(lease.gpus)  # before the server loads: energy above idle
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
         server = ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
@@ -71,10 +73,10 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
             say(spec, f"ready after {startup_s:.1f} s")
             facts = backend.facts(server.base_url, spec, headers=server.headers)
             checked = _server_checks(spec, backend, facts)
-            measured = _measure(spec, server, settings, lease.gpus, prompt_source)
+            measured = _measure(spec, server, settings, lease.gpus, prompt_source, idle_w)
         held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
                 "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
-                "lock_dir": str(locks.lock_dir())}
+                "lock_dir": str(locks.lock_dir()), "idle_power_w": idle_w}
         result = build_result(spec, argv=server.shown_argv, facts=facts, checked=checked, measured=measured,
                               started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
                               settings=settings,
@@ -114,7 +116,7 @@ def _phase(name: str):
 
 
 def _measure(spec: LaunchSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
-             prompt_source: dict | None) -> dict:
+             prompt_source: dict | None, idle_w: dict[str, float]) -> dict:
     with _phase("prompts"):
         prompts = workload.make_prompts(server, spec, prompt_source)
     plan, seen = workload.PromptPlan(spec, prompts), {}
@@ -132,8 +134,9 @@ def _measure(spec: LaunchSpec, server: ServerProcess, settings: quiet_host.Setti
         say(spec, f"section {section.name}: start ({section.requests} x {section.output_tokens} tokens, "
                   f"concurrency {section.concurrency})")
         with _phase(section.name):
-            sections.append(_run_one_section(spec, server, section, plan, seen, _watch(server, settings, gpus)))
-    search = _search_goodput(spec, server, settings, gpus, plan, seen) if spec.objective else None
+            sections.append(_run_one_section(spec, server, section, plan, seen, _watch(server, settings, gpus),
+                                             idle_w=idle_w))
+    search = _search_goodput(spec, server, settings, gpus, plan, seen, idle_w) if spec.objective else None
     return {"warmup": warm_doc, "prompts": prompts_facts(spec, prompt_source, prompts), "sections": sections,
             "search": search}
 
@@ -146,7 +149,7 @@ def _watch(server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str
 
 
 def _search_goodput(spec: LaunchSpec, server: ServerProcess, settings: quiet_host.Settings, gpus: tuple[str, ...],
-                    plan: workload.PromptPlan, seen: dict[str, str]) -> dict:
+                    plan: workload.PromptPlan, seen: dict[str, str], idle_w: dict[str, float]) -> dict:
     """The highest request rate within the objective, on this launch (goodput.Search).
 
     Each step is a section of its own: fresh prompts, the liveness checks, counters, schedule and
@@ -161,7 +164,8 @@ def _search_goodput(spec: LaunchSpec, server: ServerProcess, settings: quiet_hos
         say(spec, f"search step {number}: {rate:.4g} req/s ({step.requests} x {step.output_tokens} tokens)")
         with _phase(f"search step {number}"):
             docs[rate] = _run_one_section(spec, server, step, plan, seen, _watch(server, settings, gpus), repeats=1,
-                                          arrival=spec.objective.arrival, title=f"search step {number}")
+                                          arrival=spec.objective.arrival, title=f"search step {number}",
+                                          idle_w=idle_w)
         figures = goodput.step_figures(spec.objective, docs[rate])
         say(spec, f"search step {number}: p99 TTFT {ms(figures['ttft_p99_s'])}, p99 TPOT "
                   f"{ms(figures['tpot_p99_s'])}: {'meets' if figures['meets'] else 'misses'} {spec.objective.text()}")
@@ -176,7 +180,8 @@ def _search_goodput(spec: LaunchSpec, server: ServerProcess, settings: quiet_hos
 
 def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, plan: workload.PromptPlan,
                      seen: dict[str, str], watch: quiet_host.SectionWatch, *, repeats: int | None = None,
-                     arrival: str = "poisson", title: str | None = None) -> dict:
+                     arrival: str = "poisson", title: str | None = None, idle_w: dict[str, float] | None = None
+                     ) -> dict:
     started_at, t0 = utc_now(), time.monotonic()
     watch.start()
     runs, delta = [], {}
@@ -206,7 +211,9 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
                  if repeats > 1 else ""))
     say(spec, f"section {section.name}: other processes used {load['cores'] or 0.0:.3f} cores and took "
               f"{load['contended_cores'] or 0.0:.3f} from the server (at most {watch.settings.max_foreign_cores:g})")
-    return {"name": section.name, **asdict(section), "load": section.load, **stats, "quiet_host": load,
+    spent = energy.section_energy(load["gpu_telemetry"], idle_w or {}, output_tokens=stats["output_tokens"],
+                                  prompt_tokens=stats["prompt_tokens"])
+    return {"name": section.name, **asdict(section), "load": section.load, **stats, "quiet_host": load, "energy": spent,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
 

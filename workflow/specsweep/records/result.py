@@ -279,6 +279,11 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Energy per token (measure/energy.py), from each section's ``energy``: empty where no GPU's energy
+# was read (a CPU host, a result from before energy was), never 0. ``energy_source`` says whether the
+# GPUs' energy counter or their power readings gave it.
+ENERGY_COLUMNS = ("j_per_output_token", "j_per_output_token_above_idle", "j_per_token", "output_tokens_per_j")
+
 # The goodput search's columns, filled in its row (load "slo") alone.
 SEARCH_COLUMNS = ("sustained_rate_rps", "goodput_tok_s", "search_steps", "search_converged")
 
@@ -290,6 +295,8 @@ def _metrics(section: dict) -> dict:
         for key in path:
             value = value[key]
         out[column] = value
+    spent = section.get("energy") or {}
+    out.update({column: spent.get(column) for column in ENERGY_COLUMNS}, energy_source=spent.get("source"))
     return out
 
 

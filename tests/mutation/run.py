@@ -73,7 +73,8 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/workflow/test_workload_cli.py", "tests/workflow/test_prompts_cli.py",
     "tests/workflow/test_quiet_host_cli.py", "tests/workflow/test_leases_cli.py",
     "tests/workflow/test_goodput_cli.py", "tests/workflow/test_gpu_telemetry_cli.py",
-    "tests/unit/measure/test_energy.py", "tests/workflow/test_inferred_failures.py",
+    "tests/unit/measure/test_energy.py", "tests/unit/records/test_inferred.py",
+    "tests/workflow/test_inferred_failures.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}

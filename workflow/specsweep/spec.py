@@ -207,7 +207,7 @@ class LaunchSpec:
                 fields["objective"] = Objective(**fields["objective"])
             return cls(**fields, sections=sections)
         except (KeyError, TypeError) as exc:
-            raise ConfigError(f"run spec is incomplete or has unknown keys: {exc}") from exc
+            raise ConfigError(f"launch spec is incomplete or has unknown keys: {exc}") from exc
 
     def resolved(self, *, binary: str | None = None, model_path: str | None = None) -> LaunchSpec:
         """This spec with the 'embedded' placeholders replaced by provisioned paths."""

@@ -46,7 +46,7 @@ def preflight(spec: LaunchSpec, prompt_source: dict | None = None) -> None:
     api_key(spec)
     backends.get(spec.backend).check_launch(list(spec.command) + list(spec.speculative_args))
     if EMBEDDED in (spec.binary, spec.model_path):
-        raise ConfigError("the run spec still says 'embedded': pass the provisioned server and model paths")
+        raise ConfigError("the launch spec still says 'embedded': pass the provisioned server and model paths")
     check_model_path(spec)
     if spec.prompts_file:
         read_prompts_file(spec.prompts_file)  # a malformed file fails before any launch

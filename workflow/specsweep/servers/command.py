@@ -26,7 +26,7 @@ def render_values(spec: LaunchSpec, port: int | str, key: str | None = None, scr
     concurrent job's server may take between SGLang's check and its bind).
     """
     return {
-        **spec.axes,  # the study's own axes (their names never clash with the built-in ones: config.check_axes)
+        **spec.axes,  # the study's own axes (their names never clash with the built-in ones: loading.check_axes)
         "api_key": key or "", "scratch": scratch,
         "binary": spec.binary, "model": spec.model_path, "host": probes.HOST, "port": port, "side_port": side_port,
         "ctx_size": backends.get(spec.backend).ctx_size(spec),

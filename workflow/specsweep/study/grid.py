@@ -92,7 +92,7 @@ def capabilities_of(rule: dict) -> tuple[str, ...]:
 def excluded_here(capabilities: tuple[str, ...], present: set[str]) -> list[str]:
     """Which of the GPUs' compute capabilities ``present`` a rule's ``capabilities`` exclude: the one
     place an architecture is matched, for the plan (analysis.ledger) and for the job on its GPUs
-    (measure.leases)."""
+    (measure.before_start)."""
     return sorted(set(capabilities) & present)
 
 

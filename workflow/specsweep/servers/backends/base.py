@@ -17,7 +17,7 @@ import requests
 
 from specsweep.errors import ConfigError, InvalidResponse
 
-if TYPE_CHECKING:  # only for annotations: config imports the backends
+if TYPE_CHECKING:  # only for annotations: nothing of these is needed when a backend runs
     from specsweep.cache import Artifact
     from specsweep.records.request import RequestRecord
     from specsweep.spec import LaunchSpec

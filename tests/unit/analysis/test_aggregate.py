@@ -379,3 +379,16 @@ def test_a_budget_whose_server_drafted_nothing_is_not_a_measurement_of_that_budg
     assert aggregate.drafted(results)
     results[1].sections[-1]["draft_tokens"] = None
     assert aggregate.drafted(results)
+
+
+def test_the_figure_gets_an_energy_row_only_where_energy_was_read(sweep, tmp_path):
+    _, frame = sweep
+    fig = plot_summary(frame, tmp_path / "cpu.png", title="t", facets=Facets.of(frame, **defaults("plot")))
+    assert len(fig.axes) == 3 * 3  # three sections, three rows: no empty energy panels on a CPU study
+    measured = frame.copy()
+    measured.loc[measured["status"] == "ok", "j_per_output_token"] = 0.5
+    fig = plot_summary(measured, tmp_path / "gpu.png", title="t", facets=Facets.of(frame, **defaults("plot")))
+    assert len(fig.axes) == 4 * 3
+    energy_row = fig.axes[9:]
+    assert all(ax.get_title().endswith("J per output token") for ax in energy_row)
+    assert any(line.get_ydata().size and set(line.get_ydata()) == {0.5} for ax in energy_row for line in ax.lines)

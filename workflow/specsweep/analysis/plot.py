@@ -33,6 +33,7 @@ LABELS = {
     "output_tok_s": "output tok/s (section wall time)",
     "speedup": "speedup over budget 0\n(< 1: slower than no speculation)",
     "acceptance_length": "acceptance length\n(tokens per verification step)",
+    "j_per_output_token": "J per output token\n(GPU energy; lower is better)",
 }
 SPREAD = {"output_tok_s": ("output_tok_s_min", "output_tok_s_max"), "speedup": ("speedup_min", "speedup_max")}
 STATUS_MARKS = {EXCLUDED: ("o", "grey", "excluded"), NOT_ENGAGED: ("s", "darkorange", "speculation did not engage"),
@@ -108,15 +109,19 @@ _sort_key = grid_axes.sort_key
 
 
 def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets):
-    """Write the three-row figure (tok/s; speedup; acceptance length), one column per section
-    (and value of the column axis). Returns the (closed) figure, whose artists say what was drawn."""
+    """Write the three-row figure (tok/s; speedup; acceptance length; and energy per output token
+    where any section's GPU energy was read), one column per section (and value of the column
+    axis). Returns the (closed) figure, whose artists say what was drawn."""
     panels = _panels(frame, facets)
     colours = sorted(frame[facets.line].unique(), key=_sort_key) if facets.line else [None]
     palette = dict(zip(colours, sns.color_palette("viridis", len(colours))))
     xs = sorted(frame[facets.x].unique(), key=_sort_key)
     styles = tp_style(list({_styled_key(r, facets) for r in frame.to_dict("records")}))
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(3, len(panels), figsize=(4.6 * len(panels), 11.0), squeeze=False, sharex=True)
+    energy = "j_per_output_token" in frame and frame["j_per_output_token"].notna().any()
+    rows = 4 if energy else 3  # a CPU study reads no energy: no row of empty panels
+    fig, axes = plt.subplots(rows, len(panels), figsize=(4.6 * len(panels), 11.0 * rows / 3), squeeze=False,
+                             sharex=True)
     ok = frame[frame["status"] == OK]
     draw = Drawing(facets, palette, styles, xs)
     for col, (section, value) in enumerate(panels):
@@ -130,6 +135,9 @@ def plot_summary(frame: pd.DataFrame, out: Path, *, title: str, facets: Facets):
         if part["acceptance_length"].isna().all():
             axes[2, col].text(0.5, 0.5, "no drafts made (or not reported)", transform=axes[2, col].transAxes,
                               ha="center", va="center", color="grey")
+        if energy:
+            _panel(axes[3, col], part.dropna(subset=["j_per_output_token"]), "j_per_output_token",
+                   f"{where}: J per output token", draw)
         bad = _select(frame, section, facets.column, value)
         _mark_missing(axes[0, col], bad[bad["status"] != OK], draw)
     _legend(fig, facets, palette, styles)

@@ -42,7 +42,8 @@ With ``--api-types FILE`` (SGLang's own ``api_types.py``) every ``/generate`` bo
 its ``GenerateRequest``, exactly as the real server's contract check does.
 
     python tests/doubles/sglang_standin.py --port {port} --context-length {ctx_size}
-        [--speculative-num-draft-tokens {budget}] [--spelling new|between|old] [--server-info newer|missing]
+        [--speculative-num-draft-tokens {budget}] [--report-draft-tokens N] [--spelling new|between|old]
+        [--server-info newer|missing]
         [--fault die-at-request:N|error-at-request:N] [--api-types FILE]
 """
 
@@ -82,6 +83,12 @@ class State:
     @property
     def draft_tokens(self) -> int:
         return self.args.speculative_num_draft_tokens
+
+    @property
+    def reported_draft_tokens(self) -> int | None:
+        """What /server_info says it runs: the flag's value (None without speculation), or what
+        --report-draft-tokens makes it say, as a server whose adaptive mode fell back would."""
+        return self.args.report_draft_tokens or self.draft_tokens or None
 
     def steps(self, n: int, index: int) -> list[int]:
         """Tokens each forward pass makes: the prefill's one, then per verify step 1 + the drafts it
@@ -144,6 +151,8 @@ def make_handler(state: State):
                         "model_path": state.args.model_path, "context_length": state.args.context_length,
                         "tp_size": state.args.tp, "max_total_num_tokens": state.args.max_total_tokens,
                         "max_req_input_len": min(state.args.context_length, state.args.max_total_tokens) - 1 - 5,
+                        "speculative_algorithm": state.args.speculative_algorithm,
+                        "speculative_num_draft_tokens": state.reported_draft_tokens,
                         "version": VERSION})
                 return self._json(200, {
                     "model_path": state.args.model_path, "served_model_name": state.args.model_path,
@@ -152,7 +161,7 @@ def make_handler(state: State):
                     "max_total_num_tokens": state.args.max_total_tokens,
                     "max_req_input_len": min(state.args.context_length, state.args.max_total_tokens) - 1 - 5,
                     "tp_size": state.args.tp, "speculative_algorithm": state.args.speculative_algorithm,
-                    "speculative_num_draft_tokens": state.draft_tokens or None,
+                    "speculative_num_draft_tokens": state.reported_draft_tokens,
                     "version": VERSION, "internal_states": [{"avg_spec_accept_length": 9.99}],
                     "host": state.args.host, "port": state.args.port,
                 })
@@ -279,6 +288,8 @@ def main() -> None:
     parser.add_argument("--max-total-tokens", type=int, default=100_000)
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=0)
+    parser.add_argument("--report-draft-tokens", type=int, default=0,
+                        help="report this speculative_num_draft_tokens in /server_info instead of the flag's")
     parser.add_argument("--spelling", choices=sorted(SPELLINGS), default="new")
     parser.add_argument("--server-info", choices=["0.5.23", "newer", "missing"], default="0.5.23")
     parser.add_argument("--api-key")

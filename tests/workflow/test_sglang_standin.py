@@ -170,6 +170,10 @@ def test_the_cli_measures_sglang_tokens_and_acceptance_from_its_own_fields(tmp_p
     # proposes verify_ct x 3, as spec_decoding_meta.py does).
     assert doc["server"]["budget"]["flag"] == "--speculative-num-draft-tokens"
     assert doc["server"]["budget"]["drafts_per_step"] == 3
+    # The settings the server says it runs, each the one its command asked for.
+    assert {"speculative_algorithm: NGRAM, as --speculative-algorithm asked",
+            "speculative_num_draft_tokens: 4, as --speculative-num-draft-tokens asked"} <= set(
+        doc["server"]["preflight"]["checked"])
     assert len(doc["lease"]["devices"]) == 2 and doc["hardware"]["gpu_count"] == 2
     log = (tmp_path / "tp2-b4-ctx64.log").read_text()
     assert f"CUDA_VISIBLE_DEVICES={','.join(doc['lease']['devices'])}" in log
@@ -288,3 +292,16 @@ def test_the_seed_study_plans_its_commands_gpus_and_exclusions_without_provision
     on_sm120 = _dry_run(tmp_path, "--config", "hardware={'compute_capability': '12.0'}")
     assert re.search(r"launch_configuration\s+20\b", on_sm120)  # budgets 8 and 12 at tp 1 and 2, each topk, left out
     assert "tp1-b8-ctx25000" not in on_sm120 and "tp1-b15-ctx25000-topk4" in on_sm120
+
+
+def test_a_server_that_runs_another_draft_length_than_asked_is_refused(tmp_path):
+    # As SGLang's adaptive mode once fell back to static steps in silence (sgl-project/sglang #23289):
+    # the server says it runs 2 draft tokens where its command asked for 4.
+    doc = sglang_study(tmp_path, "--report-draft-tokens", "2", tp=(1,), budgets=(4,))
+    code, err = config_name(tmp_path, doc, "tp1-b4-ctx64")
+    assert code == 30, err
+    record = load(next((tmp_path / "failures" / "tp1-b4-ctx64").glob("*.json")))
+    assert record["class"] == "setting-not-applied" and not record["transient"]
+    assert record["reason"] == ("--speculative-num-draft-tokens 4 was asked for, the server reports "
+                                "speculative_num_draft_tokens = 2")
+    assert not (tmp_path / "launches" / "tp1-b4-ctx64.json").exists()

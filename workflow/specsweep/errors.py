@@ -110,6 +110,15 @@ class InvalidResponse(SpecsweepError):
     )
 
 
+class SettingNotApplied(InvalidResponse):
+    """The running server reports a speculative setting other than the one its command asked for."""
+
+    failure_class = "setting-not-applied"
+    exit_code = 30
+    advice = ("read the server log for why it changed the setting (an adaptive mode that fell back, a value it "
+              "rounds); set what the server accepts, or exclude the configuration")
+
+
 class PromptReused(SpecsweepError):
     """A request re-sent a prompt its server had already seen: the server may have answered it
     from memory (n-gram pools, prefix caches), so the section is not a measurement."""

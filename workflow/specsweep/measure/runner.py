@@ -94,7 +94,7 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
 def _server_checks(spec: LaunchSpec, backend, facts: backends.Facts) -> backends.Preflight:
     """The checks against the running server before the first section; what they could not read
     is said, or refused in strict mode (server.preflight)."""
-    checked = backend.check_context(spec, facts)
+    checked = backend.check_context(spec, facts) + backend.check_applied(command.server_argv(spec, 0), facts)
     if checked.unchecked and spec.preflight == "strict":
         raise ConfigError(f"{'; '.join(checked.unchecked)}: refused by server.preflight: strict (make the "
                           f"server report it, or set server.preflight: record to measure and say so)")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import requests
 
-from specsweep.errors import ConfigError, InvalidResponse
+from specsweep.errors import ConfigError, InvalidResponse, SettingNotApplied
 
 if TYPE_CHECKING:  # only for annotations: nothing of these is needed when a backend runs
     from specsweep.cache import Artifact
@@ -102,6 +102,11 @@ class Backend:
     # What a budget B passed to one of this server's flags (or JSON keys) means: (flag, offset,
     # words): B + offset draft tokens a verification step, each checked against the cited source.
     budget_flags: tuple[tuple[str, int, str], ...] = ()
+    # (flag, field of Facts.detail): a speculative setting the running server reports back. A
+    # setting is only known to have taken effect when the server says so (SGLang's adaptive mode
+    # once fell back to static steps in silence, sgl-project/sglang #23289); llama-server's /props
+    # says "speculative.types": "none" even under --spec-type ngram-mod, so it reports none.
+    applied_fields: tuple[tuple[str, str], ...] = ()
     # How this server's own counts give acceptance length (one definition for every backend:
     # mean tokens produced per verification step, the bonus token counted, the token each
     # request's prefill made left out), with the source that says what they count.
@@ -166,6 +171,22 @@ class Backend:
                              f"{self.name} reports a context of {{limit}} tokens per request, the longest request "
                              f"needs {{need}}; raise {{{{ctx_size}}}}'s flag in server.command or lower grid.context",
                              field=self.context_field)
+
+    def check_applied(self, argv: list[str], facts: Facts) -> Preflight:
+        """Each setting of ``argv`` the server reports (applied_fields) must be the one asked for:
+        SettingNotApplied where it is not; unchecked where the server did not say."""
+        checked, unchecked = [], []
+        for flag, key in self.applied_fields:
+            if flag not in argv[:-1]:
+                continue
+            asked, told = argv[argv.index(flag) + 1], facts.detail.get(key)
+            if told is None:
+                unchecked.append(f"{key}: not reported, so {flag} {asked} is not known to have taken effect")
+            elif str(told) != asked:
+                raise SettingNotApplied(f"{flag} {asked} was asked for, the server reports {key} = {told}")
+            else:
+                checked.append(f"{key}: {told}, as {flag} asked")
+        return Preflight(tuple(checked), tuple(unchecked))
 
     def budget_meaning(self, spec: LaunchSpec) -> dict:
         """What this configuration's budget meant on this server: the flag (or JSON key) it went

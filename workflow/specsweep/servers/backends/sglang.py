@@ -60,6 +60,10 @@ class SGLang(Backend):
     # NGRAM/EAGLE count the root token in --speculative-num-draft-tokens (speculative/
     # spec_decoding_meta.py uses N - 1); DDTree's budget counts non-root tree nodes, verified
     # B + 1 wide (sgl-project/sglang#29907): a tree of B drafts, not a chain.
+    # srt/server_args.py: the fields /server_info returns (asdict(server_args), 0.5.23's contract too).
+    applied_fields = (("--speculative-algorithm", "speculative_algorithm"),
+                      ("--speculative-num-draft-tokens", "speculative_num_draft_tokens"),
+                      ("--speculative-ddtree-budget", "speculative_ddtree_budget"))
     budget_flags = (("--speculative-num-draft-tokens", -1, "B - 1 drafted tokens a step (the root counts in B)"),
                     ("--speculative-ddtree-budget", 0, "a tree of B drafted nodes a step, verified B + 1 wide"))
     preflight_reads = ("the context (max_context_length, or max_req_input_len on newer servers) and the KV pool "

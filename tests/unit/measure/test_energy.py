@@ -69,3 +69,20 @@ def test_the_counter_read_through_nvml_gives_the_sampled_window(nvml):
     nvml(box(energy_mj=1_250_000))  # 250 J later, as the section ran
     row = sampler.stop()[0]
     assert row["energy_j"] == 250.0 and row["energy_source"] == "counter" and row["energy_window_s"] > 0
+
+
+def test_a_dip_between_two_readings_is_a_reset_even_when_the_ends_agree():
+    found = energy.gpu_energy(_samples([0.0, 1.0, 2.0], [100, 100, 100], [1_000, 500, 2_000]))
+    assert found["source"].startswith("power") and found["joules"] == pytest.approx(200.0)
+
+
+def test_the_edges_of_a_sections_energy():
+    def one(joules: float) -> list[dict]:
+        return [{"gpu": "0", "energy_j": joules, "energy_source": "counter", "energy_window_s": 1.0}]
+
+    assert energy.section_energy(one(5.0), {}, output_tokens=0, prompt_tokens=10) is None  # no token: no per-token
+    single = energy.section_energy(one(5.0), {}, output_tokens=1, prompt_tokens=0)
+    assert single["j_per_output_token"] == 5.0
+    small = energy.section_energy(one(0.5), {}, output_tokens=2, prompt_tokens=0)
+    assert small["output_tokens_per_j"] == 4.0  # under a joule is still energy
+    assert energy.section_energy(one(1000.12345), {}, output_tokens=10, prompt_tokens=0)["joules"] == 1000.123

@@ -32,6 +32,9 @@ def test_only_a_study_that_opts_in_infers_and_measure_anyway_is_measured():
     assert inferred.sources(STUDY, VALUES) == ["tp1-b4-ctx128", "tp1-b4-ctx256"]
     assert inferred.sources({**STUDY, "infer_failures": {"out_of_memory": False}}, VALUES) == []
     assert inferred.sources({**STUDY, "infer_failures": {}}, VALUES) == []
+    # A study read without the schema's defaults (by hand): no list of names to measure anyway.
+    assert inferred.sources({**STUDY, "infer_failures": {"out_of_memory": True}}, VALUES) == [
+        "tp1-b4-ctx128", "tp1-b4-ctx256"]
     anyway = {**STUDY, "infer_failures": {"out_of_memory": True, "measure_anyway": ["tp1-b4-ctx512"]}}
     assert inferred.sources(anyway, VALUES) == [] and inferred.sources(anyway, {**VALUES, "context": 1024})
 
@@ -75,3 +78,6 @@ def test_a_launch_refuses_on_it_with_its_class_and_the_record_as_evidence(tmp_pa
     assert caught.value.evidence == [record] and caught.value.exit_code == 29
     assert caught.value.reason.startswith("inferred: out of memory at context 128 (tp1-b4-ctx128")
     assert not caught.value.transient
+    (launches / "tp1-b4-ctx128").mkdir(parents=True)
+    (launches / "tp1-b4-ctx128" / "launch1.json").write_text("{}")  # measured since, in this study's folder
+    before_start.refuse_inferred(["tp1-b4-ctx128"], failures, launches)

@@ -270,3 +270,40 @@ def test_sglang_on_several_nodes_is_refused_before_any_launch():
                                           r"one machine"):
         check_study(doc)
     backends.get("sglang").check_launch(["--nnodes", "1"])  # one node: fine
+
+
+# llama-server's final event as tools/server/server.cpp sends it: the counts, stop_type and
+# truncated, and timings with draft_n / draft_n_accepted only where speculation is on.
+FINAL = {"stop": True, "tokens_predicted": 8, "tokens_evaluated": 16, "stop_type": "limit", "truncated": False,
+         "timings": {"predicted_n": 8, "predicted_ms": 100.0, "predicted_per_second": 80.0,
+                     "draft_n": 12, "draft_n_accepted": 5}}
+
+
+def test_llama_servers_final_event_is_read_field_by_field():
+    server = backends.get("llama-server")
+    final = server.final(FINAL, n_predict=8, prompt_len=16)
+    assert (final.output_tokens, final.prompt_tokens, final.server_tok_s) == (8, 16, 80.0)
+    assert (final.draft_tokens, final.draft_accepted) == (12, 5)
+    timings = {k: v for k, v in FINAL["timings"].items() if not k.startswith("draft")}
+    plain = server.final({**FINAL, "timings": timings}, n_predict=8, prompt_len=16)  # budget 0: no draft fields
+    assert (plain.draft_tokens, plain.draft_accepted) == (0, 0)
+    # A server that says neither its prompt count nor predicted_n is held to what it streamed.
+    bare = {k: v for k, v in FINAL.items() if k not in ("tokens_evaluated", "timings")}
+    assert server.final(bare, n_predict=8, prompt_len=16).output_tokens == 8
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"tokens_predicted": 7}, "server generated 7 tokens, 8 were requested with ignore_eos (stop_type='limit')"),
+    ({"tokens_predicted": 7, "stop_type": "word", "truncated": True},
+     "server generated 7 tokens, 8 were requested with ignore_eos (stop_type='word', truncated: the slot's context "
+     "is full)"),
+    ({"tokens_evaluated": 15}, "server evaluated 15 prompt tokens, 16 were sent"),
+    ({"tokens_predicted": None}, "llama-server: final event has no integer count of generated tokens"),
+    ({"timings": {**FINAL["timings"], "predicted_n": 9}}, "timings.predicted_n 9 != tokens_predicted 8"),
+])
+def test_llama_servers_final_event_that_disagrees_with_the_request_is_refused_saying_why(change, words):
+    from specsweep.errors import InvalidResponse
+
+    with pytest.raises(InvalidResponse) as caught:
+        backends.get("llama-server").final({**FINAL, **change}, n_predict=8, prompt_len=16)
+    assert str(caught.value) == words

@@ -105,7 +105,8 @@ def unmutated(globs: list[str]) -> list[str]:
 
 # What refuses a measurement: a function that raises one of these is a trust check.
 REFUSALS = {"InvalidResponse", "PromptReused", "ClientOverload", "ServerDied", "ServerHung", "HostNotQuiet",
-            "GpuThrottled", "ResultRefused", "InvalidResult", "IncomparableResults", "InconsistentStudy"}
+            "GpuThrottled", "ResultRefused", "InvalidResult", "IncomparableResults", "InconsistentStudy",
+            "SettingNotApplied", "InferredToFail"}
 
 
 def trust_checks(package: Path = REPO / "workflow" / "specsweep") -> list[str]:

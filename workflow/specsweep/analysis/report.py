@@ -40,13 +40,14 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
              f"For each {per}, section and load level: the verdict on the draft budgets (budget 0 = no "
              "speculation, so 0 means speculation did not pay). The best set holds every budget that the "
              f"measurements cannot separate from the best at {_confidence(best)} confidence (multiple comparisons "
-             "with the best on log throughput, budgets compared prompt by prompt where every budget's launch "
-             "sent the same prompts, the variance between launches pooled over the study and counted in full); "
+             "with the best, prompt by prompt, the noise between launches counted in full: docs/verdicts.md); "
              "one budget left is decided, several within the tie margin are tied (the smallest named), "
              "anything else is undecided and named as such. Figures are the named budget's (undecided: the "
              "highest's): tok/s with the min-max of its repeats, speedup over budget 0 with its interval. Also "
-             "in results/best.csv. Load c<n> is a closed loop with n requests in flight, r<x> an open loop of x "
-             "requests/s." + (_objective_words(objective) if objective else "") + _basis_words(best), "",
+             f"in results/best.csv; each named configuration's server command is a script in {deploy_dir}/, every "
+             f"cell in {Path(deploy_dir) / 'deploy.json'}. Load c<n> is a closed loop with n requests in flight, "
+             "r<x> an open loop of x requests/s." + (_objective_words(objective) if objective else "")
+             + _basis_words(best), "",
              ".. list-table::", "   :header-rows: 1", ""]
     energy = "j_per_output_token" in best and best["j_per_output_token"].notna().any()
     heads = [*keys, "best budget", "output tok/s (min-max)", f"speedup [{_confidence(best)} interval]", "best set",
@@ -61,9 +62,6 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
             _interval(row), _set_words(row), row["budgets_missing"] or "none"] + (
             [_energy_words(row)] if energy else [])
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
-    lines += ["", f"The server command of each configuration a cell names, as its launch ran it: "
-              f"``{Path(deploy_dir) / '<configuration>.sh'}`` (a shell script to run as it is), and every cell with "
-              f"its best set, commands and reasons in ``{Path(deploy_dir) / 'deploy.json'}``."]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
         lines.append("Every configuration has a valid result.")

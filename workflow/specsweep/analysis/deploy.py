@@ -10,8 +10,6 @@ set, each member's script and what it would need to decide.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +50,7 @@ def build(study: dict, frame: pd.DataFrame, best: pd.DataFrame, launches_dir: Pa
     found = Deploy(study=study["study"])
     keys = keys_of_best(best)
     for row in best.to_dict("records"):
-        where = {k: _plain(row[k]) for k in keys}
+        where = {k: axes.plain(row[k]) for k in keys}
         members = [int(b) for b in str(row.get("best_set") or "").split()] if _has(row.get("verdict")) else []
         named = None if pd.isna(row["best_budget"]) else int(row["best_budget"])
         names = {b: _name_of(frame, where, b) for b in members}
@@ -121,13 +119,9 @@ def _script_of(name: str | None) -> str | None:
 
 
 def _has(value) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) and str(value) != ""
+    return bool(pd.notna(value)) and str(value) != ""
 
 
 def _number(value) -> float | None:
     return float(value) if _has(value) else None
 
-
-def _plain(value):
-    """A cell's key as JSON writes it (numpy integers are not JSON)."""
-    return json.loads(json.dumps(value, default=lambda v: v.item()))

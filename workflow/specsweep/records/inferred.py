@@ -41,14 +41,10 @@ def shorter(values: dict, contexts) -> list[str]:
     return [axes.config_name({**values, "context": c}) for c in sorted(contexts) if c < values["context"]]
 
 
-def settings(config: dict) -> dict:
-    return config.get("infer_failures") or {}
-
-
 def sources(config: dict, values: dict) -> list[str]:
     """What the study infers this configuration's failure from: nothing unless it opts in
     (infer_failures.out_of_memory) or names the configuration in measure_anyway."""
-    chosen = settings(config)
+    chosen = config.get("infer_failures") or {}
     if not chosen.get("out_of_memory") or axes.config_name(values) in chosen.get("measure_anyway", ()):
         return []
     return shorter(values, config["grid"]["context"])

@@ -36,7 +36,12 @@ It answers as SGLang's own source says, file by file (all in the sglang 0.5.23 w
 - ``sglang/srt/entrypoints/openai/serving_tokenize.py``: ``{"tokens", "count", "max_model_len"}``.
 - ``sglang/srt/observability/metrics_collector.py``: labelled counters
   ``sglang:generation_tokens_total`` and ``sglang:spec_verify_calls_total``; the gauge
-  ``sglang:spec_accept_length`` holds only the last logging window.
+  ``sglang:spec_accept_length`` holds only the last logging window; the gauge
+  ``sglang:num_running_reqs`` ("The number of running requests.", mostrecent) is set when the
+  scheduler logs its decode stats, every ``--decode-log-interval`` (40) decode steps
+  (``scheduler_output_processor_mixin.py``: ``forward_ct_decode % decode_log_interval == 0``); here
+  a step of any request counts as one. ``--max-running-requests N`` runs at most N requests at once,
+  the rest wait in the queue (``schedule_policy.py``), as the real flag does.
 
 With ``--api-types FILE`` (SGLang's own ``api_types.py``) every ``/generate`` body is decoded by
 its ``GenerateRequest``, exactly as the real server's contract check does.
@@ -44,7 +49,7 @@ its ``GenerateRequest``, exactly as the real server's contract check does.
     python tests/doubles/sglang_standin.py --port {port} --context-length {ctx_size}
         [--speculative-num-draft-tokens {budget}] [--report-draft-tokens N] [--spelling new|between|old]
         [--server-info newer|missing]
-        [--fault die-at-request:N|error-at-request:N] [--api-types FILE]
+        [--fault die-at-request:N|error-at-request:N] [--api-types FILE] [--max-running-requests N]
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class State:
         self.requests = 0
         self.generated = 0  # sglang:generation_tokens_total
         self.verify_calls = 0  # sglang:spec_verify_calls_total
+        self.running, self.running_logged, self.decode_steps = 0, 0, 0  # sglang:num_running_reqs
+        self.slots = threading.BoundedSemaphore(args.max_running_requests)
         self.contract = _load_contract(args.api_types) if args.api_types else None
         name, _, n = args.fault.partition(":")
         self.fault, self.fault_at = name, int(n or 0)
@@ -100,6 +107,16 @@ class State:
             out.append(min(1 + (index + i) % self.draft_tokens, n - sum(out)))
             i += 1
         return out
+
+    def step(self, joined: int) -> None:
+        """A request joined (+1) or left (-1) the running batch, or made a decode step (0); the
+        gauge takes the running count every decode_log_interval steps, as the scheduler logs it."""
+        with self.lock:
+            self.running += joined
+            if joined == 0:
+                self.decode_steps += 1
+                if self.decode_steps % self.args.decode_log_interval == 0:
+                    self.running_logged = self.running
 
 
 def _load_contract(path: str):
@@ -174,6 +191,9 @@ def make_handler(state: State):
                     "# HELP sglang:spec_verify_calls_total Number of speculative verify calls.\n"
                     "# TYPE sglang:spec_verify_calls_total counter\n"
                     f"sglang:spec_verify_calls_total{{{labels}}} {float(state.verify_calls)}\n"
+                    "# HELP sglang:num_running_reqs The number of running requests.\n"
+                    "# TYPE sglang:num_running_reqs gauge\n"
+                    f"sglang:num_running_reqs{{{labels}}} {float(state.running_logged)}\n"
                     "# HELP sglang:spec_accept_length The average acceptance length (last window).\n"
                     "# TYPE sglang:spec_accept_length gauge\n"
                     f"sglang:spec_accept_length{{{labels}}} 9.99\n"
@@ -203,7 +223,12 @@ def make_handler(state: State):
                 with state.lock:
                     state.requests += 1
                     number = state.requests
-                return self._generate(body, number)
+                with state.slots:  # beyond --max-running-requests a request waits in the queue
+                    state.step(+1)
+                    try:
+                        return self._generate(body, number)
+                    finally:
+                        state.step(-1)
             return self._json(404, {"detail": "Not Found"})
 
         def _generate(self, body: dict, number: int) -> None:
@@ -237,6 +262,7 @@ def make_handler(state: State):
                     meta = {**meta, "finish_reason": {"type": "length", "length": n}, "e2e_latency": 0.01 * n,
                             **self._spec_fields(len(steps) - 1, len(out_ids))}
                 self._chunk({"text": " w" * len(out_ids), "output_ids": list(out_ids), "meta_info": meta})
+                state.step(0)
                 time.sleep(state.args.token_delay * k)
             with state.lock:
                 state.generated += len(out_ids)
@@ -295,6 +321,8 @@ def main() -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--api-types", help="SGLang's own sglang/api/v1/api_types.py: validate every request")
     parser.add_argument("--fault", default="none")
+    parser.add_argument("--max-running-requests", type=int, default=1024)
+    parser.add_argument("--decode-log-interval", type=int, default=40)
     parser.add_argument("--startup-s", type=float, default=0.5)
     parser.add_argument("--token-delay", type=float, default=0.002)
     args, _unknown = parser.parse_known_args()  # the rest of SGLang's flags: accepted, ignored

@@ -122,7 +122,11 @@ def test_an_overflow_inside_sglangs_200_stream_is_an_invalid_response():
         proc.wait()
 
 
-def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context: int = 64) -> Path:
+SECTIONS = [{"name": "short", "output_tokens": 16, "requests": 2}, {"name": "long", "output_tokens": 48, "requests": 1}]
+
+
+def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context: int = 64,
+                 sections=SECTIONS) -> Path:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"stand-in": true}')
@@ -137,9 +141,7 @@ def sglang_study(tmp_path: Path, *extra: str, tp=(1, 2), budgets=(0, 4), context
                    "env": {"SGLANG_DDTREE_MAX_TOPK": "8"}, "gpu": True,
                    "startup_timeout_s": 30, "stall_timeout_s": 5},
         "grid": {"budget": list(budgets), "tp": list(tp), "context": [context]},
-        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": [
-            {"name": "short", "output_tokens": 16, "requests": 2},
-            {"name": "long", "output_tokens": 48, "requests": 1}]},
+        "workload": {"warmup_requests": 1, "warmup_output_tokens": 4, "repeats": 2, "sections": list(sections)},
         # These tests are about the wire format; the quiet-host guard has tests of its own (test_quiet_host.py).
         "quiet_host": SHARED_GUARD,
     }
@@ -305,3 +307,27 @@ def test_a_server_that_runs_another_draft_length_than_asked_is_refused(tmp_path)
     assert record["reason"] == ("--speculative-num-draft-tokens 4 was asked for, the server reports "
                                 "speculative_num_draft_tokens = 2")
     assert not (tmp_path / "launches" / "tp1-b4-ctx64.json").exists()
+
+
+# Four in flight for about 2.4 s a repeat (8 requests of 120 tokens at 10 ms a token): the server's
+# gauge is sampled a dozen times a repeat.
+FOUR_IN_FLIGHT = [{"name": "busy", "output_tokens": 120, "requests": 8, "concurrency": 4}]
+
+
+@pytest.mark.parametrize("running, code", [(1024, 0), (2, 31)])
+def test_a_level_the_server_queued_is_refused_by_littles_law(tmp_path, running, code):
+    """The client keeps four requests in flight; a server that runs two at once queues the others,
+    so the level measured a batch of two, not four: refused (load-not-held), nothing written."""
+    doc = sglang_study(tmp_path, "--token-delay", "0.01", "--max-running-requests", str(running), tp=(1,),
+                       budgets=(0,), sections=FOUR_IN_FLIGHT)
+    got, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
+    assert got == code, err
+    if code:
+        record = load(next((tmp_path / "failures" / "tp1-b0-ctx64").glob("*.json")))
+        assert record["class"] == "load-not-held" and not record["transient"]
+        assert "it queued the rest" in record["reason"] and "sglang:num_running_reqs" in record["reason"]
+        assert not (tmp_path / "launches" / "tp1-b0-ctx64.json").exists()
+        return
+    held = load(tmp_path / "launches" / "tp1-b0-ctx64.json")["sections"][0]["in_flight"]
+    assert held["judged"] and held["samples"] >= 10 and "sglang:num_running_reqs" in held["server_from"]
+    assert held["client"] == pytest.approx(4, rel=0.1) and held["server"] == pytest.approx(held["client"], rel=0.15)

@@ -119,6 +119,16 @@ class SettingNotApplied(InvalidResponse):
               "rounds); set what the server accepts, or exclude the configuration")
 
 
+class LoadNotHeld(InvalidResponse):
+    """At a closed-loop level the server ran another number of requests at once than the client
+    kept in flight (Little's law): it queued them, or served another client."""
+
+    failure_class = "load-not-held"
+    exit_code = 31
+    advice = ("give the server as many slots as the level's concurrency (llama-server -np, vLLM --max-num-seqs, "
+              "SGLang --max-running-requests), or lower the level; make sure no other client uses the server")
+
+
 class PromptReused(SpecsweepError):
     """A request re-sent a prompt its server had already seen: the server may have answered it
     from memory (n-gram pools, prefix caches), so the section is not a measurement."""

@@ -20,7 +20,7 @@ from specsweep.analysis.ledger import (
 from specsweep.errors import IncomparableResults
 from specsweep.records import paths
 from specsweep.records.inferred import inferred, sources
-from specsweep.records.result import ENERGY_COLUMNS, METRICS, SEARCH_COLUMNS, Result
+from specsweep.records.result import ENERGY_COLUMNS, IN_FLIGHT_COLUMNS, METRICS, SEARCH_COLUMNS, Result
 from specsweep.records.status import EXCLUDED, FAILED, INFERRED, INVALID, NOT_ENGAGED, NOT_RUN, OK
 from specsweep.records.store import InvalidResult, latest_failure, read_result, write_text_atomic
 from specsweep.spec import LaunchSpec
@@ -29,7 +29,7 @@ from specsweep.study.grid import expand_grid
 # Declared with the result document that fills them; then how many launches a row's figures are
 # the mean of, each launch's and each repeat's throughput, each request's by launch and prompt (the
 # verdict's units), and what a launch costs beside its sections (the verdict's price of a launch).
-METRIC_COLUMNS = [*METRICS, *ENERGY_COLUMNS, "energy_source", *SEARCH_COLUMNS,
+METRIC_COLUMNS = [*METRICS, *ENERGY_COLUMNS, "energy_source", *IN_FLIGHT_COLUMNS, *SEARCH_COLUMNS,
                   "launches", "launch_tok_s", "repeat_tok_s", "prompt_tok_s",
                   "launch_overhead_s"]
 

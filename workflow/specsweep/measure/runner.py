@@ -18,6 +18,7 @@ from specsweep.measure import (
     energy,
     goodput,
     host_facts,
+    in_flight,
     interrupts,
     leases,
     locks,
@@ -184,6 +185,8 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
                      ) -> dict:
     started_at, t0 = utc_now(), time.monotonic()
     watch.start()
+    batch = in_flight.GaugeSampler(server.base_url, server.backend, server.headers)
+    batch.start()
     runs, delta = [], {}
     repeats = spec.repeats if repeats is None else repeats
     label = title or f"section {section.name}" + (
@@ -196,7 +199,8 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
         where = f"after {label}" + (f" repeat {repeat}" if repeats > 1 else "")
         check_distinct(seen, records, f"{label} repeat {repeat}", reuse=spec.reuse_prompts)
         after = counters_after(server, before, where)
-        delta = section_stats.add_deltas(delta, section_stats.counter_delta(before, after))
+        delta = section_stats.add_deltas(delta, section_stats.counter_delta(
+            {**before, **server.backend.batch_totals(before)}, {**after, **server.backend.batch_totals(after)}))
         runs.append(([replace(r, repeat=repeat) for r in records], wall))
         server.check_alive(where)
     load = watch.stop(time.monotonic() - t0)
@@ -204,6 +208,9 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
     stats = section_stats.section_metrics(runs, delta, server.backend)
     check_counters(label, stats, server.backend.token_counter)
     check_schedule(spec, label, stats)
+    held = in_flight.count(server.backend, [r.e2e_s for recs, _ in runs for r in recs], stats["wall_s"], delta,
+                           batch.stop(), closed_loop=section.request_rate is None)
+    in_flight.check(label, held)
     quiet_host.check(label, load, watch.settings, stats["output_tok_s_repeats"],
                      closed_loop=section.request_rate is None)
     say(spec, f"section {section.name}: {stats['output_tok_s']:.1f} tok/s over {stats['wall_s']:.2f} s"
@@ -213,7 +220,8 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
               f"{load['contended_cores'] or 0.0:.3f} from the server (at most {watch.settings.max_foreign_cores:g})")
     spent = energy.section_energy(load["gpu_telemetry"], idle_w or {}, output_tokens=stats["output_tokens"],
                                   prompt_tokens=stats["prompt_tokens"])
-    return {"name": section.name, **asdict(section), "load": section.load, **stats, "quiet_host": load, "energy": spent,
+    return {"name": section.name, **asdict(section), "load": section.load, **stats, "in_flight": held, "quiet_host": load,
+            "energy": spent,
             "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
 

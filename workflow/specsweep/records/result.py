@@ -284,6 +284,11 @@ METRICS: dict[str, tuple[str, ...]] = {
 # GPUs' energy counter or their power readings gave it.
 ENERGY_COLUMNS = ("j_per_output_token", "j_per_output_token_above_idle", "j_per_token", "output_tokens_per_j")
 
+# How many requests were in flight (measure/in_flight.py): the client's count, throughput x mean
+# latency, and the batch the server says it ran; empty where a result predates them or the server
+# reports no such count. A draft schedule per load reads the server's (analysis/schedule.py).
+IN_FLIGHT_COLUMNS = ("in_flight_client", "server_batch")
+
 # The goodput search's columns, filled in its row (load "slo") alone.
 SEARCH_COLUMNS = ("sustained_rate_rps", "goodput_tok_s", "search_steps", "search_converged")
 
@@ -297,6 +302,8 @@ def _metrics(section: dict) -> dict:
         out[column] = value
     spent = section.get("energy") or {}
     out.update({column: spent.get(column) for column in ENERGY_COLUMNS}, energy_source=spent.get("source"))
+    held = section.get("in_flight") or {}
+    out.update(in_flight_client=held.get("client"), server_batch=held.get("server"))
     return out
 
 

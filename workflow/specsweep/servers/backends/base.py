@@ -111,6 +111,12 @@ class Backend:
     # mean tokens produced per verification step, the bonus token counted, the token each
     # request's prefill made left out), with the source that says what they count.
     acceptance_from: str = ""
+    # How many requests the server ran at once (client concurrency is not the batch the server ran:
+    # past its slots it queues). ``batch_gauge``: its running-request gauge, sampled through a section
+    # (measure/in_flight.py); ``batch_totals``: cumulative counts read around it instead, exact over
+    # the window. ``batch_from`` cites what the figure is and where the source says so.
+    batch_gauge: str | None = None
+    batch_from: str = ""
 
     def artifact(self, target: str, pins: dict) -> Artifact | None:
         """What one of this backend's targets takes from the package index, from the pins it is
@@ -217,6 +223,17 @@ class Backend:
         backend, derived as ``acceptance_from`` says); None where no step verified a draft,
         never a near relative (a lifetime average, tokens over all steps)."""
         raise NotImplementedError
+
+    # --- the batch it ran ----------------------------------------------------------------------
+    def batch_totals(self, reading: dict[str, float]) -> dict[str, float]:
+        """Cumulative counts that give the mean batch over a window by their deltas (batch()), as
+        ``*_total`` samples beside the server's own in a /metrics reading; none by default."""
+        return {}
+
+    def batch(self, delta: dict[str, float], samples: list[float]) -> float | None:
+        """The mean number of requests the server ran at once over a section: from the deltas of
+        ``batch_totals`` where the server keeps such counts, else the mean of the gauge's samples."""
+        return sum(samples) / len(samples) if samples else None
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:

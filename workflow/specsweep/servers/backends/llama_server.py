@@ -32,6 +32,8 @@ from specsweep.servers.backends.base import (
 from specsweep.servers.backends.llama_server_build import model_artifact, server_artifact
 
 SERVER_PINS = ("llama_cpp_python_version", "llama_cpp_python_sha256")
+BUSY_PER_DECODE, DECODES = "llamacpp:n_busy_slots_per_decode", "llamacpp:n_decode_total"
+BUSY_TOTAL = "llamacpp:n_busy_slots_total"  # derived (batch_totals): the server's own count, not exported
 
 
 class LlamaServer(Backend):
@@ -58,6 +60,9 @@ class LlamaServer(Backend):
                        "server-context.cpp: n_draft_verif_steps counts the steps whose draft was not empty)")
     generate_route = "/completion"
     token_counter = "llamacpp:tokens_predicted_total"
+    batch_from = ("busy slots per llama_decode() call over the section: the deltas of n_busy_slots_per_decode x "
+                  "n_decode_total (tools/server/server-context.cpp: the gauge is n_busy_slots_total / "
+                  "n_decode_total, both counted since the server started)")
 
     def ctx_size(self, spec) -> int:
         # llama-server splits its context evenly across slots: every slot must hold one request
@@ -132,6 +137,16 @@ class LlamaServer(Backend):
     def acceptance_length(self, records, delta) -> float | None:
         return counters_acceptance(delta, "llamacpp:spec_decode_num_drafts_total",
                                    "llamacpp:spec_decode_num_accepted_tokens_total")
+
+    def batch_totals(self, reading: dict[str, float]) -> dict[str, float]:
+        # The server keeps n_busy_slots_total but shows only its ratio to n_decode_total: the
+        # product gives the count back (to the gauge's printed precision) for a delta per window.
+        ratio, decodes = reading.get(BUSY_PER_DECODE), reading.get(DECODES)
+        return {} if ratio is None or decodes is None else {BUSY_TOTAL: ratio * decodes}
+
+    def batch(self, delta: dict[str, float], samples: list[float]) -> float | None:
+        decodes = delta.get(DECODES, 0.0)
+        return delta[BUSY_TOTAL] / decodes if decodes > 0 and BUSY_TOTAL in delta else None
 
 
 def binary_version(binary: str) -> str:

@@ -75,6 +75,9 @@ class SGLang(Backend):
     health_timeout_s = 30.0  # SGLANG_HEALTH_CHECK_TIMEOUT is 20 s; the answer takes at least 1 s
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"
+    batch_gauge = "sglang:num_running_reqs"
+    batch_from = ("the mean of sglang:num_running_reqs sampled through the section (sglang/srt/observability/metrics_collector.py, "
+                  "SchedulerMetricsCollector: \"The number of running requests.\", mostrecent)")
     signatures = (("scheduler-died", r"Scheduler hit an exception|Rank \d+ scheduler is dead|subprocess.*is dead"),)
 
     def check_launch(self, argv: list[str]) -> None:

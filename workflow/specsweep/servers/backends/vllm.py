@@ -68,6 +68,9 @@ class VLLM(Backend):
     provision_needs = {"tiny-model": ("vllm",)}  # built by the provisioned vLLM's own Python
     generate_route = "/v1/completions"
     token_counter = "vllm:generation_tokens_total"
+    batch_gauge = "vllm:num_requests_running"
+    batch_from = ("the mean of vllm:num_requests_running sampled through the section (vllm/v1/metrics/loggers.py: "
+                  "\"Number of requests in model execution batches.\", set at each scheduler step)")
     signatures = (("engine-dead",
                    r"EngineDeadError|EngineCore encountered a fatal error|Engine core initialization failed"),)
 

@@ -33,6 +33,13 @@ def test_load_levels_and_an_objective_run_end_to_end(embedded, tmp_path):
         assert 1 <= len(search["steps"]) <= 3 and search["steps"][0]["rate"] == 2.0
         met = [s["rate"] for s in search["steps"] if s["meets"]]
         assert search["sustained_rate_rps"] == (max(met) if met else None)
+        # The server's own count of the requests it ran at once (llama-server's busy slots per decode,
+        # from its counters) is each closed-loop level's concurrency, as the client's Little's-law
+        # count is: the level measured the batch it names.
+        for section in doc["sections"]:
+            held = section["in_flight"]
+            assert held["judged"] and "n_busy_slots_per_decode" in held["server_from"], held
+            assert held["server"] == pytest.approx(section["concurrency"], rel=0.15), held
         # One launch measured every level and every step.
         log = (tmp_path / "logs/launches" / name / "launch1.log").read_text()
         assert log.count("server pid") == 1 and log.count("search step 1:") == 2, log
@@ -45,7 +52,16 @@ def test_load_levels_and_an_objective_run_end_to_end(embedded, tmp_path):
     levels = summary[summary["load"] != "slo"].set_index(["name", "load"])
     assert levels.loc[("tp1-b4-ctx64", "c2"), "speedup"] == pytest.approx(
         levels.loc[("tp1-b4-ctx64", "c2"), "output_tok_s"] / levels.loc[("tp1-b0-ctx64", "c2"), "output_tok_s"])
+    assert summary.loc[summary["load"] == "c2", "server_batch"].between(1.7, 2.3).all()
     best = pd.read_csv(tmp_path / "results/best.csv")
+    # The draft schedule: every level named in best.csv placed at the batch the server ran, the rest
+    # listed with why; nothing past the largest batch measured.
+    plan = json.loads((tmp_path / "results/deploy/schedule.json").read_text())
+    (one,) = plan["schedules"]
+    named = best[best["verdict"].isin(["decided", "tied"]) & (best["load"] != "slo")]
+    assert len([e for e in one["levels"] if "batch" in e]) == len(named)
+    assert len(one["unfilled"]) == 2 - len(named)
+    assert all(int(size) <= round(one["largest_batch"]) for c in one["by_context"] for size in c["vllm_per_batch_size"])
     assert list(zip(best["section"], best["load"])) == [("chat", "c1"), ("chat", "c2"), ("chat", "slo")]
     assert "Best draft budget per tp, context, section and load" in out
     front = (tmp_path / "results/report/front.rst").read_text()

@@ -210,7 +210,8 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
     # one launch each there is no launch noise to size, so no paired speedup either. Energy came
     # later: empty, as on any host without a GPU's energy (never 0); the requests in flight later
     # still: empty, as a section that counted none.
-    added = ["load", *aggregate.ENERGY_COLUMNS, "energy_source", *aggregate.IN_FLIGHT_COLUMNS, *aggregate.SEARCH_COLUMNS,
+    added = ["load", *aggregate.ENERGY_COLUMNS, "energy_source", *aggregate.IN_FLIGHT_COLUMNS,
+             *aggregate.SEARCH_COLUMNS,
              "launches", "launch_tok_s", "repeat_tok_s", "prompt_tok_s",
              "launch_overhead_s", "speedup_low", "speedup_high", "speedup_paired"]
     assert set(frame["status"]) == {"ok"} and [c for c in frame.columns if c not in added] == list(old.columns)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from specsweep import axes
-from specsweep.analysis import verdict
+from specsweep.analysis import schedule, verdict
 from specsweep.analysis.answer import keys_of_best
 from specsweep.records import paths, store
 from specsweep.servers import command
@@ -35,6 +35,7 @@ class Deploy:
     cells: list[dict] = field(default_factory=list)
     configurations: dict[str, dict] = field(default_factory=dict)  # name: {script, server, measured_in}
     scripts: dict[str, str] = field(default_factory=dict)  # file name: text
+    schedule: dict | None = None  # schedule.json (analysis/schedule.py), where the study has load levels
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "schema_version": VERSION, "study": self.study, "cells": self.cells,
@@ -63,6 +64,8 @@ def build(study: dict, frame: pd.DataFrame, best: pd.DataFrame, launches_dir: Pa
             "output_tok_s": _number(row.get("output_tok_s")), "speedup": _number(row.get("speedup")),
             "confidence": _number(row.get("confidence")), "reason": _reason(row, members),
         })
+    per_step = {name: c["drafts_per_step"] for name, c in found.configurations.items()}
+    found.schedule = schedule.build(found.study, frame, best, per_step, lambda where, b: _name_of(frame, where, b))
     return found
 
 
@@ -74,6 +77,8 @@ def write(found: Deploy, folder: Path) -> None:
         store.write_text_atomic(folder / name, text)
         (folder / name).chmod(0o755)
     store.write_json_atomic(folder / DOCUMENT, found.to_json())
+    if found.schedule is not None:
+        store.write_json_atomic(folder / schedule.DOCUMENT, found.schedule)
 
 
 def _add_configuration(found: Deploy, name: str, launches_dir: Path) -> None:
@@ -91,6 +96,7 @@ def _add_configuration(found: Deploy, name: str, launches_dir: Path) -> None:
         "the foreground.",
     ])
     found.configurations[name] = {"script": script, "backend": spec.backend, "values": spec.values,
+                                  "drafts_per_step": (result.server.get("budget") or {}).get("drafts_per_step"),
                                   "measured_in": str(path), "server": server.to_json()}
 
 

@@ -220,9 +220,8 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
               f"{load['contended_cores'] or 0.0:.3f} from the server (at most {watch.settings.max_foreign_cores:g})")
     spent = energy.section_energy(load["gpu_telemetry"], idle_w or {}, output_tokens=stats["output_tokens"],
                                   prompt_tokens=stats["prompt_tokens"])
-    return {"name": section.name, **asdict(section), "load": section.load, **stats, "in_flight": held, "quiet_host": load,
-            "energy": spent,
-            "started_at": started_at, "finished_at": finished_at,
+    return {"name": section.name, **asdict(section), "load": section.load, **stats, "in_flight": held,
+            "quiet_host": load, "energy": spent, "started_at": started_at, "finished_at": finished_at,
             "records": [record_doc(r) for recs, _ in runs for r in recs]}
 
 

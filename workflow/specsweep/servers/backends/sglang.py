@@ -76,8 +76,8 @@ class SGLang(Backend):
     generate_route = "/generate"
     token_counter = "sglang:generation_tokens_total"
     batch_gauge = "sglang:num_running_reqs"
-    batch_from = ("the mean of sglang:num_running_reqs sampled through the section (sglang/srt/observability/metrics_collector.py, "
-                  "SchedulerMetricsCollector: \"The number of running requests.\", mostrecent)")
+    batch_from = ("the mean of sglang:num_running_reqs sampled through the section (sglang/srt/observability/"
+                  "metrics_collector.py: \"The number of running requests.\", set every decode_log_interval steps)")
     signatures = (("scheduler-died", r"Scheduler hit an exception|Rank \d+ scheduler is dead|subprocess.*is dead"),)
 
     def check_launch(self, argv: list[str]) -> None:

@@ -54,7 +54,8 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "measure/interrupts.py",
     "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py", "records/store.py",
     "cache.py", "study/offline.py", "analysis/variance.py", "analysis/cells.py", "analysis/answer.py",
-    "records/inferred.py", "measure/before_start.py", "measure/energy.py",
+    "records/inferred.py", "measure/before_start.py", "measure/energy.py", "measure/in_flight.py",
+    "analysis/schedule.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
     "tests/unit/measure/test_client.py", "tests/workflow/test_faults.py", "tests/unit/measure/test_workload.py",
@@ -73,7 +74,8 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/workflow/test_workload_cli.py", "tests/workflow/test_prompts_cli.py",
     "tests/workflow/test_quiet_host_cli.py", "tests/workflow/test_leases_cli.py",
     "tests/workflow/test_goodput_cli.py", "tests/workflow/test_gpu_telemetry_cli.py",
-    "tests/unit/measure/test_energy.py", "tests/unit/records/test_inferred.py",
+    "tests/unit/measure/test_energy.py", "tests/unit/records/test_inferred.py", "tests/unit/measure/test_in_flight.py",
+    "tests/unit/analysis/test_schedule.py",
     "tests/workflow/test_inferred_failures.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice

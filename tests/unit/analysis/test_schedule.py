@@ -34,8 +34,15 @@ def test_each_named_level_sits_at_the_batch_the_server_ran_not_the_clients_concu
     doc = build([(128, "c1", "decided", 8, {0: 1.0, 8: 1.0}),
                  (128, "c4", "tied", 4, {0: 2.1, 4: 1.97, 8: 2.0}),    # 4 in flight, the server ran about 2
                  (128, "c8", "undecided", None, {0: 7.9, 8: 7.8})])
-    assert doc["schema"] == "specsweep.schedule" and doc["schema_version"] == 1
+    assert doc["schema"] == "specsweep.schedule" and doc["schema_version"] == 1 and doc["study"] == "s"
+    assert set(doc["formats"]) == {"vllm_per_batch_size", "vllm_rows", "sglang_steps"}
     (one,) = doc["schedules"]
+    assert one["levels"] == [
+        {"context": 128, "load": "c1", "verdict": "decided", "budget": 8, "configuration": "tp1-b8-ctx128",
+         "batch": 1.0, "k": 8},
+        {"context": 128, "load": "c4", "verdict": "tied", "budget": 4, "configuration": "tp1-b4-ctx128",
+         "batch": 1.97, "k": 4},
+        {"context": 128, "load": "c8", "verdict": "undecided", "why": "undecided: best set 0 8"}]
     assert one["where"] == {"tp": 1, "section": "chat"}
     (ctx,) = one["by_context"]
     # c4 is placed at 1.97, the batch the server said it ran at budget 4: batch size 2 gets its K;
@@ -58,6 +65,8 @@ def test_a_level_without_the_servers_batch_cannot_be_placed_and_says_so():
     doc = build([(128, "c1", "decided", 4, {0: 1.0, 4: None}), (128, "c2", "decided", 4, {0: 2.0, 4: 2.0})])
     (one,) = doc["schedules"]
     assert one["unfilled"] == [{"context": 128, "load": "c1", "why": "the server reported no batch for this level"}]
+    assert one["levels"][0] == {"context": 128, "load": "c1", "verdict": "decided", "budget": 4,
+                                "why": "the server reported no batch for this level"}
     # Batch size 1 takes the nearest measured level's K (2.0's): only up to the largest measured.
     assert one["by_context"][0]["vllm_per_batch_size"] == {"1": 4, "2": 4}
 
@@ -73,3 +82,27 @@ def test_budget_zero_schedules_no_drafts_whatever_its_configuration_says():
     doc = build([(128, "c1", "decided", 0, {0: 1.0, 4: 1.0}), (128, "c2", "decided", 4, {0: 2.0, 4: 2.0})],
                 per_step={"tp1-b0-ctx128": None, "tp1-b4-ctx128": 3})
     assert doc["schedules"][0]["by_context"][0]["vllm_per_batch_size"] == {"1": 0, "2": 3}
+
+
+def test_only_closed_loop_levels_count_and_one_k_over_several_sizes_is_one_row():
+    assert [schedule.closed_loop(x) for x in ("c2", "c16", "r2", "slo", "c")] == [2, 16, None, None, None]
+    doc = build([(128, "c1", "decided", 4, {0: 1.0, 4: 1.0}), (128, "c3", "decided", 4, {0: 3.0, 4: 3.04})])
+    (one,) = doc["schedules"]
+    assert one["vllm_rows"] == [[1, 3, 1, 128, 4]] and one["largest_batch"] == 3.04
+
+
+def test_a_tied_level_without_a_named_budget_and_a_level_without_a_verdict_are_unfilled():
+    doc = build([(128, "c1", "tied", None, {0: 1.0, 4: 1.0}), (128, "c2", None, None, {0: 2.0, 4: 2.0}),
+                 (512, "c1", "decided", 4, {0: 1.0, 4: 1.0}), (512, "c2", "decided", 4, {0: 2.0, 4: 2.0}),
+                 (1024, "c1", "decided", 4, {0: 1.0, 4: 1.0})])
+    (one,) = doc["schedules"]
+    assert [e["why"] for e in one["unfilled"]] == ["tied: best set 0 4", "no verdict: best set 0 4"]
+    # Contexts 512 and 1024 measured: rows for 1..512 and 513..1024, none past 1024.
+    assert one["vllm_rows"] == [[1, 2, 1, 512, 4], [1, 1, 513, 1024, 4]] and one["largest_context"] == 1024
+
+
+def test_nothing_named_anywhere_gives_empty_forms_not_a_failure():
+    doc = build([(128, "c1", "undecided", None, {0: 1.0, 4: 1.0}), (128, "c2", "undecided", None, {0: 2.0, 4: 2.0})])
+    (one,) = doc["schedules"]
+    assert one["by_context"] == [] and one["vllm_rows"] == [] and len(one["unfilled"]) == 2
+    assert one["largest_batch"] is None and one["largest_context"] is None

@@ -28,6 +28,8 @@ def test_llama_server_gives_its_batch_from_counters_read_around_the_section():
     delta = {"llamacpp:n_busy_slots_total": totals[1] - totals[0], "llamacpp:n_decode_total": 200.0}
     assert LLAMA.batch(delta, []) == 3.0  # 600 busy slots over 200 decodes in the window
     assert LLAMA.batch({"llamacpp:n_decode_total": 0.0, "llamacpp:n_busy_slots_total": 0.0}, []) is None
+    assert LLAMA.batch({"llamacpp:n_busy_slots_total": 2.0}, []) is None  # no decode count: no batch
+    assert LLAMA.batch({"llamacpp:n_decode_total": 1.0, "llamacpp:n_busy_slots_total": 2.0}, []) == 2.0
     assert LLAMA.batch_totals({"llamacpp:n_decode_total": 5.0}) == {}  # a server without the gauge
     assert LLAMA.batch_gauge is None
     assert in_flight.count(LLAMA, [1.0], 1.0, delta, [], closed_loop=True)["samples"] is None
@@ -52,6 +54,21 @@ def test_a_closed_loop_level_is_refused_past_the_tolerance_either_way(server, ju
                             f"latency) but the server ran {server:.2f} at once")
     assert ("it queued the rest" in words) == (server < 4) and ("did not send" in words) == (server > 4)
     assert "sglang:num_running_reqs" in words and caught.value.exit_code == 31
+    assert words.endswith("more than 15% apart: it queued the rest, so this level measured a smaller batch than it "
+                          "names" if server < 4 else "more than 15% apart: it ran requests this client did not send")
+
+
+def test_exactly_the_tolerance_apart_is_held(monkeypatch):
+    monkeypatch.setattr(in_flight, "TOLERANCE", 0.25)
+    for server in (3.0, 5.0):  # 4 in flight by the client, 1.0 = 0.25 x 4 either way
+        in_flight.check("x", in_flight.count(SGLANG, [2.0] * 8, 4.0, {}, [server] * 5, closed_loop=True))
+    with pytest.raises(LoadNotHeld):
+        in_flight.check("x", in_flight.count(SGLANG, [2.0] * 8, 4.0, {}, [5.0625] * 5, closed_loop=True))
+
+
+def test_the_counts_are_kept_to_four_decimals():
+    doc = in_flight.count(SGLANG, [1.0], 3.0, {}, [2 / 3] * 5, closed_loop=True)
+    assert doc["client"] == 0.3333 and doc["server"] == 0.6667
 
 
 @pytest.mark.parametrize("closed, samples, why", [

@@ -63,9 +63,11 @@ def build(study: str, frame: pd.DataFrame, best: pd.DataFrame, drafts_per_step: 
 
 
 def _entry(row: dict, frame: pd.DataFrame, drafts_per_step: dict, name_of) -> dict:
-    out = {"context": axes.plain(row["context"]), "load": row[axes.LOAD], "verdict": row.get("verdict")}
-    if row.get("verdict") not in NAMED or pd.isna(row.get("best_budget")):
-        return {**out, "why": f"{row.get('verdict') or 'no verdict'}: best set {row.get('best_set')}"}
+    said = row.get("verdict") if pd.notna(row.get("verdict")) else None  # no verdict: nothing measured
+    out = {"context": axes.plain(row["context"]), "load": row[axes.LOAD], "verdict": said}
+    if said not in NAMED or pd.isna(row.get("best_budget")):
+        members = row.get("best_set") if pd.notna(row.get("best_set")) else "none"
+        return {**out, "why": f"{said or 'no verdict'}: best set {members}"}
     budget = int(row["best_budget"])
     name = name_of({k: row[k] for k in axes.columns(frame.columns) if k in row and k != "budget"}, budget)
     batch = _batch(frame, name, row)

@@ -69,7 +69,7 @@ def _entry(row: dict, frame: pd.DataFrame, drafts_per_step: dict, name_of) -> di
         members = row.get("best_set") if pd.notna(row.get("best_set")) else "none"
         return {**out, "why": f"{said or 'no verdict'}: best set {members}"}
     budget = int(row["best_budget"])
-    name = name_of({k: row[k] for k in axes.columns(frame.columns) if k in row and k != "budget"}, budget)
+    name = name_of({k: row[k] for k in axes.columns(frame.columns) if k in row}, budget)  # best.csv has no budget
     batch = _batch(frame, name, row)
     if batch is None:
         return {**out, "budget": budget, "why": "the server reported no batch for this level"}

@@ -53,6 +53,15 @@ def test_the_main_command_runs_the_vllm_study_against_vllms_own_counters(tmp_pat
         doc = load(tmp_path / "results" / "launches" / name / "launch1.json")
         assert doc["server"]["backend"] == "vllm" and doc["server"]["version"] == "0.32.0"
         assert doc["model"]["files"] >= 3 and len(doc["model"]["sha256"]) == 64
+        # The speculative configuration the engine logged as it started, recorded and held to the
+        # one --speculative-config asked for.
+        logged = doc["server"]["reported"]["speculative_config"]
+        if name == "tp1-b4-ctx128":
+            assert logged == {"method": "ngram", "num_spec_tokens": 4}
+            assert ("speculative_config: ngram, 4 drafted tokens a step, as --speculative-config asked"
+                    in doc["server"]["preflight"]["checked"])
+        else:
+            assert logged is None
         assert doc["hardware"]["cpu_model"] and doc["hardware"]["gpu_count"] == 0
         sent = doc["warmup"]["prompt_sha256"] + [r["prompt_sha256"] for s in doc["sections"] for r in s["records"]]
         assert len(sent) == len(set(sent)) == doc["prompts"]["count"] == 1 + 2 * (2 + 2 + 1)

@@ -49,7 +49,7 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "study/prompts.py",
     "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
     "measure/quiet_host.py", "measure/leases.py", "measure/gpu_pool.py", "measure/locks.py",
-    "servers/backends/sglang.py", "measure/goodput.py", "spec.py",
+    "servers/backends/sglang.py", "servers/backends/vllm.py", "measure/goodput.py", "spec.py",
     "measure/host_facts.py", "measure/gpu_memory.py", "measure/gpu_watch.py", "measure/section_checks.py",
     "measure/interrupts.py",
     "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py", "records/store.py",
@@ -75,7 +75,7 @@ TESTS = [  # what mutants are tried against: the tests that take seconds, the fa
     "tests/workflow/test_quiet_host_cli.py", "tests/workflow/test_leases_cli.py",
     "tests/workflow/test_goodput_cli.py", "tests/workflow/test_gpu_telemetry_cli.py",
     "tests/unit/measure/test_energy.py", "tests/unit/records/test_inferred.py", "tests/unit/measure/test_in_flight.py",
-    "tests/unit/analysis/test_schedule.py",
+    "tests/unit/analysis/test_schedule.py", "tests/unit/servers/test_vllm_applied.py",
     "tests/workflow/test_inferred_failures.py",
 ]
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: that loads its main module twice

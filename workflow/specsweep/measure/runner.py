@@ -37,6 +37,10 @@ from specsweep.servers import backends, command, templates
 from specsweep.servers.process import ServerProcess
 from specsweep.spec import LaunchSpec, Section, loads_named
 
+# How much of this launch's server log a backend reads its stated settings from (vLLM states its
+# whole configuration once, as its engine starts, after a few dozen lines).
+LOGGED_LINES = 2000
+
 
 def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, settings: quiet_host.Settings,
                       port: int | None = None, prompt_source: dict | None = None) -> dict:
@@ -73,6 +77,7 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
             startup_s = time.monotonic() - t_launch
             say(spec, f"ready after {startup_s:.1f} s")
             facts = backend.facts(server.base_url, spec, headers=server.headers)
+            facts.detail.update(backend.logged_settings(server.log_tail(LOGGED_LINES)))
             checked = _server_checks(spec, backend, facts)
             measured = _measure(spec, server, settings, lease.gpus, prompt_source, idle_w)
         held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,

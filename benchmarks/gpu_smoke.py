@@ -280,7 +280,18 @@ def configuration_facts(path: Path) -> dict:
         for s in doc["sections"]]
     return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
             "unchecked": (doc["server"].get("preflight") or {"unchecked": ["not recorded"]})["unchecked"],
-            "hardware_gpus": doc["hardware"].get("gpus"), "server_version": doc["server"].get("version")}
+            "hardware_gpus": doc["hardware"].get("gpus"), "gpu_driver": doc["hardware"].get("gpu_driver"),
+            "server_version": doc["server"].get("version")}
+
+
+def telemetry_figures(configuration: dict) -> list[dict]:
+    """What the telemetry check judged, per section: the GPUs by name, the driver, and each GPU's
+    highest SM clock, power and memory in use."""
+    names = [g.get("name") for g in configuration["hardware_gpus"] or []]
+    return [{"section": f"{configuration['name']}/{s['name']}", "gpus": names, "driver": configuration["gpu_driver"],
+             "readings": [{"gpu": g["gpu"], "sm_clock_mhz_max": g["sm_clock_mhz"]["max"],
+                           "power_w_max": g["power_w"]["max"], "memory_used_mib_max": g.get("memory_used_mib_max")}
+                          for g in s["gpu_telemetry"]]} for s in configuration["sections"]]
 
 
 def telemetry_complete(gpu: dict) -> bool:
@@ -295,7 +306,8 @@ def offloaded(log: Path) -> bool:
 
 
 def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
-    """Every check, each {"check", "held": True | False | None (not applicable: --cpu), "detail"}."""
+    """Every check, each {"check", "held": True | False | None, "detail"}: None where it does not
+    apply (--cpu) or could not be judged (no launch result was written), the detail saying why."""
     configurations = [configuration_facts(p) for p in sorted((study / "results/launches").glob("*/launch*.json"))]
     sections = [s for c in configurations for s in c["sections"]]
     drafted = [s for c in configurations[1:] for s in c["sections"] if s["draft_tokens"]]
@@ -310,12 +322,19 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
             c["unchecked"] for c in configurations), [u for c in configurations for u in c["unchecked"]]),
         ("no llama-server process left", not left, left),
     ]
+    # What needs a launch result (or a server log) cannot be judged without one: said, not failed.
+    from_results = {"tokens are the server's counter's", "the budget configuration drafted",
+                    "the server said its limits before measuring",
+                    "each section's telemetry holds clocks, power and memory",
+                    "each section records its energy per output token",
+                    "the server logs show the model's weights in a CUDA buffer"}
     before, peak, after = memory["before"], memory["peak"], memory["after"]
     logs = sorted((study / "logs/server").glob("*/launch*.log"))
     gpu_checks = [
         ("NVML sees a GPU", bool(before), sorted(before)),
         ("each section's telemetry holds clocks, power and memory", bool(sections) and all(
-            s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections), None),
+            s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections),
+         [f for c in configurations for f in telemetry_figures(c)]),
         # Energy per token from the GPU's own counter or its power: positive, and (a model on a GPU
         # draws above idle while it generates) above idle where an idle reading was taken.
         ("each section records its energy per output token", bool(sections) and all(
@@ -333,6 +352,10 @@ def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
     out = [{"check": name, "held": held, "detail": detail} for name, held, detail in checks]
     out += [{"check": name, "held": held if gpu else None, "detail": detail if gpu else "not applicable: --cpu"}
             for name, held, detail in gpu_checks]
+    if not configurations:
+        why = "not judged: no launch result was written (study-results/failures in the logs' archive says why)"
+        out = [{**c, "held": None, "detail": why} if c["check"] in from_results and c["held"] is not None else c
+               for c in out]
     return out
 
 
@@ -493,7 +516,21 @@ def pipeline(args, report: Report, limit: int, py: str, env: dict, memory: dict)
     memory.update(peak=sampler.peak, after=gpu_memory() if gpu else {})
     if (folder / "logs").is_dir():  # the jobs' and servers' logs, into the archive that comes back
         shutil.copytree(folder / "logs", report.logs / "study-logs", dirs_exist_ok=True)
+    keep_results(folder, report.logs / "study-results")
     return ran
+
+
+def keep_results(folder: Path, into: Path) -> list[str]:
+    """Every launch result and failure record the study left (the GPU's name, driver, memory and
+    telemetry are in them), into the archive that comes back, whatever stopped the study."""
+    kept = []
+    for kind in ("launches", "failures"):
+        for path in sorted((folder / "results" / kind).glob("**/*.json")):
+            target = into / kind / path.relative_to(folder / "results" / kind)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            kept.append(str(target.relative_to(into)))
+    return kept
 
 
 def provision_carry(carry: Path, budget: int) -> int:
@@ -543,12 +580,14 @@ def main() -> int:
     try:
         prepare(args.carry, args.work)
         ran = stages(args, report, limits, sys.executable, memory)
-        if ran:  # judged inside the try: an exception here is a finding in the JSON too
+        # Judged on whatever the study left, once it ran at all (a launch refused, a summary or plot
+        # that failed late), inside the try: an exception here is a finding in the JSON too.
+        if ran or any(s["stage"] == "pipeline" for s in report.doc["stages"]):
             report.doc["gpu_memory"] = memory
             report.doc["checks"] = judge(args.work / "study", report.doc["binary"], memory, gpu=gpu)
             best = args.work / "study" / "results" / "best.csv"
             report.doc["verdicts"] = best.read_text().splitlines() if best.is_file() else []
-            if any(c["held"] is False for c in report.doc["checks"]):
+            if ran and any(c["held"] is False for c in report.doc["checks"]):
                 report.doc["stopped_at"] = "checks"
     except Exception as exc:  # the script's own failure is a finding too, written like the others
         report.doc.update(error=f"{type(exc).__name__}: {exc}", stopped_at=report.doc["stopped_at"] or "script")

@@ -317,6 +317,7 @@ def load(path: Path) -> dict:
 
 FAULT_SERVER = str(DOUBLES / "fault_server.py")
 SGLANG_STANDIN = str(DOUBLES / "sglang_standin.py")
+VLLM_STANDIN = str(DOUBLES / "vllm_standin.py")
 NAME = "tp1-b0-ctx16"
 
 

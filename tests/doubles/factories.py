@@ -35,17 +35,17 @@ def result_doc(spec: study.LaunchSpec, *, tok_s: float = 100.0, drafts: int | No
     drafts = 4 * spec.budget if drafts is None else drafts
     sections = []
     for section in spec.sections:
-        runs = []
+        by_repeat = []
         for repeat in range(spec.repeats):
             records = [replace(r, repeat=repeat)
                        for r in records_for(section, tok_s=tok_s * (1 + 0.01 * repeat), drafts=drafts)]
-            runs.append((records, records[-1].t_end - records[0].t_send))
+            by_repeat.append((records, records[-1].t_end - records[0].t_send))
         key = (section.name, section.load)
-        runs = [([replace(r, prompt_sha256=prompt_id((*key, r.repeat, r.index))) for r in records], wall)
-                for records, wall in runs]
-        stats = section_stats.section_metrics(runs, {}, backends.get("llama-server"))
+        by_repeat = [([replace(r, prompt_sha256=prompt_id((*key, r.repeat, r.index))) for r in records], wall)
+                for records, wall in by_repeat]
+        stats = section_stats.section_metrics(by_repeat, {}, backends.get("llama-server"))
         sections.append({"name": section.name, **asdict(section), "load": section.load, **stats,
-                         "records": [record_doc(r) for recs, _ in runs for r in recs]})
+                         "records": [record_doc(r) for recs, _ in by_repeat for r in recs]})
     measured = {"warmup": {"prompt_sha256": [prompt_id("warmup")]},
                 "prompts": {"source": "test", "set": spec.prompt_set, "reused": False}, "sections": sections}
     return build_result(spec, argv=["llama-server"], facts=backends.Facts(version="test"), measured=measured,

@@ -302,3 +302,58 @@ def test_a_carried_server_that_cannot_run_here_is_set_aside_for_the_build(tmp_pa
 
 def test_no_carried_server_means_the_build_stage_builds(tmp_path):
     assert gpu_smoke.unpack_server(tmp_path, tmp_path / "work", {}, tmp_path, gpu=True) is None
+
+
+def test_the_telemetry_check_names_the_gpu_the_driver_and_the_figures_it_judged(tmp_path):
+    study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED)
+    launch = study / "results" / "launches" / "tp1-b4-ctx128" / "launch1.json"
+    doc = json.loads(launch.read_text())
+    doc["hardware"] = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1"}], "gpu_driver": "580.65.06"}
+    launch.write_text(json.dumps(doc))
+    memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
+    checks = gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
+    found = next(c for c in checks if c["check"] == "each section's telemetry holds clocks, power and memory")
+    assert found["held"] and found["detail"] == [{
+        "section": "tp1-b4-ctx128/short", "gpus": ["NVIDIA H100 80GB HBM3"], "driver": "580.65.06",
+        "readings": [{"gpu": "0", "sm_clock_mhz_max": 1980, "power_w_max": 250.0, "memory_used_mib_max": 1200}]}]
+
+
+def test_a_study_that_wrote_no_launch_result_says_which_checks_it_could_not_judge(tmp_path):
+    failure = tmp_path / "results" / "failures" / "tp1-b4-ctx128" / "attempt1.json"
+    failure.parent.mkdir(parents=True)
+    failure.write_text('{"class": "server-died"}')
+    memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
+    checks = {c["check"]: c for c in gpu_smoke.judge(tmp_path, str(tmp_path / "llama-server"), memory, gpu=True)}
+    unjudged = {k for k, c in checks.items() if c["held"] is None}
+    assert unjudged == {"tokens are the server's counter's", "the budget configuration drafted",
+                        "the server said its limits before measuring",
+                        "each section's telemetry holds clocks, power and memory",
+                        "each section records its energy per output token",
+                        "the server logs show the model's weights in a CUDA buffer"}
+    assert all(checks[k]["detail"].startswith("not judged: no launch result was written") for k in unjudged)
+    # What needs no result is judged as ever: the launches that were owed are missing.
+    assert checks["both configurations measured"]["held"] is False and checks["NVML sees a GPU"]["held"] is True
+    kept = gpu_smoke.keep_results(tmp_path, tmp_path / "kept")
+    assert kept == ["failures/tp1-b4-ctx128/attempt1.json"]
+    assert (tmp_path / "kept" / kept[0]).read_text() == '{"class": "server-died"}'
+
+
+def test_a_pipeline_that_failed_late_is_still_judged_and_says_where_it_stopped(tmp_path, monkeypatch):
+    """Issue 56.7: a summary or plot that failed after the launches leaves its checks judged."""
+    study = _study(tmp_path / "work" / "study", telemetry=GOOD_TELEMETRY, log=OFFLOADED)
+    monkeypatch.setattr(gpu_smoke, "prepare", lambda carry, work: None)
+
+    def failed_late(args, report, *rest):
+        report.doc["binary"] = str(tmp_path / "llama-server")
+        report.stage({"stage": "pipeline", "status": "failed", "exit_code": 1, "seconds": 1.0, "limit_s": 9,
+                      "log": "pipeline.log", "tail": "Error in rule plot"})
+        return False
+
+    monkeypatch.setattr(gpu_smoke, "stages", failed_late)
+    monkeypatch.setattr(sys, "argv", ["gpu_smoke.py", "--cpu", "--out", str(tmp_path / "out"),
+                                      "--work", str(tmp_path / "work"), "--carry", str(tmp_path / "carry")])
+    assert gpu_smoke.main() == 1 and study.is_dir()
+    doc = json.loads((tmp_path / "out" / "gpu_smoke.json").read_text())
+    assert doc["stopped_at"] == "pipeline" and doc["held"] is False
+    checks = held(doc["checks"])
+    assert checks["tokens are the server's counter's"] is True and checks["no llama-server process left"] is True

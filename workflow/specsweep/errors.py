@@ -120,13 +120,13 @@ class SettingNotApplied(InvalidResponse):
 
 
 class LoadNotHeld(InvalidResponse):
-    """At a closed-loop level the server ran another number of requests at once than the client
-    kept in flight (Little's law): it queued them, or served another client."""
+    """At a closed-loop level the server ran fewer requests at once than the client kept in flight
+    (Little's law): it queued the rest, so the level measured a smaller batch than it names."""
 
     failure_class = "load-not-held"
     exit_code = 31
     advice = ("give the server as many slots as the level's concurrency (llama-server -np, vLLM --max-num-seqs, "
-              "SGLang --max-running-requests), or lower the level; make sure no other client uses the server")
+              "SGLang --max-running-requests), or lower the level")
 
 
 class PromptReused(SpecsweepError):

@@ -5,7 +5,7 @@ when it is in the best set of some cell whose verdict is still undecided; every 
 had its last launch (it is decided, tied, or separably worse than the best wherever it could
 still win). A configuration that once stops never resumes, so every contender at round r has
 exactly r launches. The decision reads finished results alone, up to launch r, so the same
-results always give the same next round; a Snakemake checkpoint (rules/benchmark.smk) holds it.
+results always give the same next round; a Snakemake checkpoint (rules/launch.smk) holds it.
 """
 
 from __future__ import annotations

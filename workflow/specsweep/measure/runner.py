@@ -192,7 +192,7 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
     watch.start()
     batch = in_flight.GaugeSampler(server.base_url, server.backend, server.headers)
     batch.start()
-    runs, delta = [], {}
+    by_repeat, delta = [], {}
     repeats = spec.repeats if repeats is None else repeats
     label = title or f"section {section.name}" + (
         f" at {section.load}" if loads_named((s.name, s.load) for s in spec.sections) else "")
@@ -206,14 +206,14 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
         after = counters_after(server, before, where)
         delta = section_stats.add_deltas(delta, section_stats.counter_delta(
             {**before, **server.backend.batch_totals(before)}, {**after, **server.backend.batch_totals(after)}))
-        runs.append(([replace(r, repeat=repeat) for r in records], wall))
+        by_repeat.append(([replace(r, repeat=repeat) for r in records], wall))
         server.check_alive(where)
     load = watch.stop(time.monotonic() - t0)
     finished_at = utc_now()
-    stats = section_stats.section_metrics(runs, delta, server.backend)
+    stats = section_stats.section_metrics(by_repeat, delta, server.backend)
     check_counters(label, stats, server.backend.token_counter)
     check_schedule(spec, label, stats)
-    held = in_flight.count(server.backend, [r.e2e_s for recs, _ in runs for r in recs], stats["wall_s"], delta,
+    held = in_flight.count(server.backend, [r.e2e_s for recs, _ in by_repeat for r in recs], stats["wall_s"], delta,
                            batch.stop(), closed_loop=section.request_rate is None)
     in_flight.check(label, held)
     quiet_host.check(label, load, watch.settings, stats["output_tok_s_repeats"],
@@ -227,6 +227,6 @@ def _run_one_section(spec: LaunchSpec, server: ServerProcess, section: Section, 
                                   prompt_tokens=stats["prompt_tokens"])
     return {"name": section.name, **asdict(section), "load": section.load, **stats, "in_flight": held,
             "quiet_host": load, "energy": spent, "started_at": started_at, "finished_at": finished_at,
-            "records": [record_doc(r) for recs, _ in runs for r in recs]}
+            "records": [record_doc(r) for recs, _ in by_repeat for r in recs]}
 
 

@@ -33,19 +33,19 @@ def distribution(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def section_metrics(runs: list[tuple[list[RequestRecord], float]], counters: dict[str, float],
+def section_metrics(by_repeat: list[tuple[list[RequestRecord], float]], counters: dict[str, float],
                     backend: Backend) -> dict:
-    """Section statistics over its repeats: ``runs`` holds (records, wall time) per repeat.
+    """Section statistics over its repeats: ``by_repeat`` holds (records, wall time) per repeat.
 
     Throughput is total tokens over total wall time, with every repeat's own figure kept for
     the spread; latency distributions pool the requests of all repeats.
     """
-    records = [r for recs, _ in runs for r in recs]
-    wall_s = sum(wall for _, wall in runs)
-    per_repeat = [sum(r.output_tokens for r in recs) / wall for recs, wall in runs if wall > 0]
+    records = [r for recs, _ in by_repeat for r in recs]
+    wall_s = sum(wall for _, wall in by_repeat)
+    per_repeat = [sum(r.output_tokens for r in recs) / wall for recs, wall in by_repeat if wall > 0]
     return {
         **_pooled(records, wall_s, counters, backend),
-        "repeats": len(runs),
+        "repeats": len(by_repeat),
         "output_tok_s_repeats": per_repeat,
         "output_tok_s_min": min(per_repeat) if per_repeat else None,
         "output_tok_s_max": max(per_repeat) if per_repeat else None,

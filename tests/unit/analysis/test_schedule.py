@@ -97,6 +97,9 @@ def test_a_tied_level_without_a_named_budget_and_a_level_without_a_verdict_are_u
                  (1024, "c1", "decided", 4, {0: 1.0, 4: 1.0})])
     (one,) = doc["schedules"]
     assert [e["why"] for e in one["unfilled"]] == ["tied: best set 0 4", "no verdict: best set 0 4"]
+    frame, best = frame_and_best([(128, "c1", None, None, {0: 1.0}), (128, "c2", None, None, {0: 2.0})])
+    nothing = schedule.build("s", frame, best.assign(best_set=None), {}, lambda w, b: None)
+    assert [e["why"] for e in nothing["schedules"][0]["unfilled"]] == ["no verdict: best set none"] * 2
     # Contexts 512 and 1024 measured: rows for 1..512 and 513..1024, none past 1024.
     assert one["vllm_rows"] == [[1, 2, 1, 512, 4], [1, 1, 513, 1024, 4]] and one["largest_context"] == 1024
 

@@ -40,8 +40,8 @@ def test_the_engines_speculative_config_is_read_from_its_start_line():
 
 def test_the_asked_draft_length_is_checked_against_the_engines():
     facts = Facts(detail=V.logged_settings(START.format(NGRAM4)))
-    assert V.check_applied(argv(4), facts).checked == (
-        "speculative_config: ngram, 4 drafted tokens a step, as --speculative-config asked",)
+    assert V.check_applied(argv(4), facts) == Preflight(checked=(
+        "speculative_config: ngram, 4 drafted tokens a step, as --speculative-config asked",))
     with pytest.raises(SettingNotApplied) as caught:
         V.check_applied(argv(8), facts)
     assert str(caught.value) == ("--speculative-config asked for num_speculative_tokens 8, the engine logs "
@@ -56,6 +56,16 @@ def test_an_engine_without_speculation_refuses_a_budget_and_budget_0_asks_nothin
 
 
 def test_a_log_without_the_start_line_leaves_it_unchecked():
-    done = V.check_applied(argv(4), Facts())
-    assert done.checked == () and done.unchecked == (
-        "speculative_config: not in the server log, so num_speculative_tokens 4 is not known to have taken effect",)
+    assert V.check_applied(argv(4), Facts()) == Preflight(unchecked=(
+        "speculative_config: not in the server log, so num_speculative_tokens 4 is not known to have taken effect",))
+
+
+def test_a_config_without_a_draft_length_records_the_engines_choice():
+    raw = json.dumps({"method": "eagle", "model": "/m/eagle"})
+    eagle = "SpeculativeConfig(method='eagle', model='/m/eagle', num_spec_tokens=5)"
+    done = V.check_applied(["vllm", "--speculative-config", raw], Facts(detail=V.logged_settings(START.format(eagle))))
+    assert done == Preflight(checked=(
+        "speculative_config: eagle, 5 drafted tokens a step, the engine's choice: the command named none",))
+    with pytest.raises(SettingNotApplied, match="asked for num_speculative_tokens None, the engine logs "
+                                                "speculative_config with no speculation"):
+        V.check_applied(["vllm", "--speculative-config", raw], Facts(detail=V.logged_settings(START.format("None"))))

@@ -121,21 +121,24 @@ class VLLM(Backend):
 
     def check_applied(self, argv: list[str], facts: Facts) -> Preflight:
         """The drafted tokens a step --speculative-config asked for must be the engine's own (its
-        method is recorded beside them: vLLM renames some methods as it resolves them)."""
+        method is recorded beside them: vLLM renames some methods as it resolves them). A config
+        that names no num_speculative_tokens leaves the engine to choose (a draft model's own
+        depth): what it chose is recorded, nothing is compared."""
         raw = flag_value(argv, "--speculative-config")
         if raw is None:
-            return Preflight((), ())
-        asked = int(json.loads(raw).get("num_speculative_tokens", -1))
+            return Preflight()
+        asked = json.loads(raw).get("num_speculative_tokens")
         if "speculative_config" not in facts.detail:
-            return Preflight((), (f"speculative_config: not in the server log, so num_speculative_tokens {asked} "
-                                  f"is not known to have taken effect",))
+            return Preflight(unchecked=(f"speculative_config: not in the server log, so num_speculative_tokens "
+                                        f"{asked} is not known to have taken effect",))
         told = facts.detail["speculative_config"]
-        if told is None or told["num_spec_tokens"] != asked:
+        if told is None or (asked is not None and told["num_spec_tokens"] != int(asked)):
             runs = "no speculation" if told is None else f"num_spec_tokens={told['num_spec_tokens']}"
             raise SettingNotApplied(f"--speculative-config asked for num_speculative_tokens {asked}, the engine "
                                     f"logs speculative_config with {runs}")
-        return Preflight((f"speculative_config: {told['method']}, {asked} drafted tokens a step, as "
-                          f"--speculative-config asked",), ())
+        how = "as --speculative-config asked" if asked is not None else "the engine's choice: the command named none"
+        return Preflight(checked=(f"speculative_config: {told['method']}, {told['num_spec_tokens']} drafted tokens a "
+                                  f"step, {how}",))
 
     def artifact(self, target: str, pins: dict) -> Artifact | None:
         # The tiny model is made here by that Python, from no download: only vLLM needs the index.

@@ -320,6 +320,11 @@ def test_a_level_the_server_queued_is_refused_by_littles_law(tmp_path, running, 
     so the level measured a batch of one, not four: refused (load-not-held), nothing written."""
     doc = sglang_study(tmp_path, "--token-delay", "0.01", "--max-running-requests", str(running), tp=(1,),
                        budgets=(0,), sections=FOUR_IN_FLIGHT)
+    # A queued request gets no byte until a place frees (three requests ahead of it, 3.6 s here, longer
+    # beside the shared tier): a stall timeout above that, so that the level, not a hang, is judged.
+    study_doc = yaml.safe_load(doc.read_text())
+    study_doc["server"]["stall_timeout_s"] = 60
+    doc.write_text(yaml.safe_dump(study_doc))
     got, err = config_name(tmp_path, doc, "tp1-b0-ctx64")
     assert got == code, err
     if code:

@@ -35,7 +35,9 @@ import sys
 import threading
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from standin_http import StandinHandler  # beside this file: on the path when it runs as a script
 
 VERSION = "0.32.0"
 
@@ -66,19 +68,7 @@ def metrics_text(state: State) -> str:
 
 
 def make_handler(state: State):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _json(self, code: int, doc) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class Handler(StandinHandler):
 
         def do_GET(self):
             name = state.args.served_model_name or state.args.model
@@ -138,9 +128,6 @@ def make_handler(state: State):
         def _usage(prompt: int, done: int) -> dict:
             return {"prompt_tokens": prompt, "total_tokens": prompt + done, "completion_tokens": done}
 
-        def _chunk(self, doc: dict) -> None:
-            self.wfile.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
-            self.wfile.flush()
 
     return Handler
 

@@ -40,7 +40,7 @@ rule job:
 
 def job(args) -> None:
     """One stand-in configuration: hold tp GPUs for a fixed time, as a measurement would."""
-    from specsweep.measure import leases
+    from specsweep.host import leases
 
     with leases.acquire(args.tp, holder=args.job, announce=print, gpu=True) as lease:
         start = time.time()

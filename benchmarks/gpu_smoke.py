@@ -239,7 +239,7 @@ def smoke_study(binary: str, model: str, budget: int, *, gpu: bool) -> dict:
 
 def gpu_memory() -> dict[str, int]:
     """Bytes in use on each GPU NVML sees; {} where it sees none."""
-    from specsweep.measure import gpu_pool, host_facts
+    from specsweep.host import gpu_pool, host_facts
 
     return {g: used for g in gpu_pool.host_gpus() if (used := host_facts.memory_used(g)) is not None}
 

@@ -324,7 +324,7 @@ NAME = "tp1-b0-ctx16"
 # The quiet-host guard of a study that tests mechanics (a fault caught, a file written, a job planned)
 # and runs beside other such tests on the xdist workers (tests/tiers.py): a neighbour's CPU must
 # not turn the test's result into host-not-quiet. The guard's own verdicts are tested alone
-# (tests/unit/measure/test_quiet_host.py, tests/workflow/test_quiet_host_cli.py, tests/e2e).
+# (tests/unit/host/test_quiet_host.py, tests/workflow/test_quiet_host_cli.py, tests/e2e).
 SHARED_GUARD = {"max_foreign_cores": 100.0, "max_repeat_spread": 10.0}
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from specsweep import cli, spec
 from specsweep.analysis import aggregate, answer, compare, plot
-from specsweep.measure import quiet_host
+from specsweep.host import quiet_host
 from specsweep.study import loading
 
 

@@ -1,5 +1,5 @@
 """Device leases through the real CLI: the pool is the inherited CUDA_VISIBLE_DEVICES. The leases
-themselves: tests/unit/measure/test_leases.py."""
+themselves: tests/unit/host/test_leases.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import NAME, fault_study, launch_cli
 from specsweep.errors import ConfigError
-from specsweep.measure import gpu_pool, leases
+from specsweep.host import gpu_pool, leases
 
 
 def test_the_pool_is_the_inherited_cuda_visible_devices(monkeypatch, tmp_path, model):

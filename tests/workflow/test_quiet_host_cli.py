@@ -1,6 +1,6 @@
 """The quiet-host guard through real processes and the real CLI: specsweep's own Snakemake and queued
 jobs are never foreign, a retry after host-not-quiet waits before it launches, and every result
-keeps its figures. The guard's arithmetic: tests/unit/measure/test_quiet_host.py."""
+keeps its figures. The guard's arithmetic: tests/unit/host/test_quiet_host.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import NAME, SHARED_GUARD, fault_study, launch_cli
-from specsweep.measure import quiet_host
+from specsweep.host import quiet_host
 from specsweep.records import store
 
 

@@ -40,7 +40,8 @@ def test_ruff_clean():
 
 
 PACKAGE = REPO / "workflow" / "specsweep"
-LAYERS = ["errors", "axes", "spec", "records", "cache", "servers", "study", "measure", "analysis", "cli", "__main__"]
+LAYERS = ["errors", "axes", "spec", "records", "cache", "servers", "host", "study", "measure", "analysis", "cli",
+          "__main__"]
 
 
 def module_name(path: Path) -> str:

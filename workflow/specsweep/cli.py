@@ -24,7 +24,8 @@ from specsweep.errors import (
     InternalError,
     SpecsweepError,
 )
-from specsweep.measure import attempts, before_start, interrupts, quiet_host
+from specsweep.host import quiet_host
+from specsweep.measure import attempts, before_start, interrupts
 from specsweep.records import paths, store
 from specsweep.servers import signatures
 from specsweep.servers.backends import Provision

@@ -1,12 +1,14 @@
-"""Energy per token (measure/energy.py): NVML's energy counter over the window, power integrated
-where there is none or where it reset, what a token cost above idle, and none without a GPU."""
+"""Energy per token (measure/energy.py, from host/gpu_watch.py's readings): NVML's energy counter
+over the window, power integrated where there is none or where it reset, what a token cost above
+idle, and none without a GPU."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpu_box import box, h100
-from specsweep.measure import energy, gpu_watch, host_facts
+from specsweep.host import gpu_watch, host_facts
+from specsweep.measure import energy
 
 
 def _samples(times, power_w, counter_mj=None):
@@ -16,23 +18,23 @@ def _samples(times, power_w, counter_mj=None):
 
 
 def test_the_counter_gives_the_energy_where_the_gpu_has_one():
-    found = energy.gpu_energy(_samples([10.0, 10.5, 12.0], [300, 500, 500], [1_000_000, 1_150_000, 1_900_000]))
+    found = gpu_watch.gpu_energy(_samples([10.0, 10.5, 12.0], [300, 500, 500], [1_000_000, 1_150_000, 1_900_000]))
     assert found == {"joules": 900.0, "source": "counter", "window_s": 2.0}
 
 
 def test_power_integrated_over_time_where_the_counter_is_missing():
-    found = energy.gpu_energy(_samples([0.0, 1.0, 3.0], [100, 300, 500]))
+    found = gpu_watch.gpu_energy(_samples([0.0, 1.0, 3.0], [100, 300, 500]))
     # Trapezoids: 1 s at (100 + 300) / 2 and 2 s at (300 + 500) / 2.
     assert found == {"joules": 200.0 + 800.0, "source": "power", "window_s": 3.0}
 
 
 def test_a_counter_that_went_backwards_is_not_trusted():
-    found = energy.gpu_energy(_samples([0.0, 1.0, 2.0], [200, 200, 200], [5_000_000, 200, 400_200]))
+    found = gpu_watch.gpu_energy(_samples([0.0, 1.0, 2.0], [200, 200, 200], [5_000_000, 200, 400_200]))
     assert found["joules"] == pytest.approx(400.0) and found["source"].startswith("power (the counter went backwards")
 
 
 def test_one_sample_measures_no_window():
-    assert energy.gpu_energy(_samples([0.0], [200])) is None
+    assert gpu_watch.gpu_energy(_samples([0.0], [200])) is None
 
 
 def test_a_section_says_what_a_token_cost_gross_above_idle_and_per_token_of_either_kind():
@@ -51,7 +53,7 @@ def test_a_section_says_what_a_token_cost_gross_above_idle_and_per_token_of_eith
 
 def test_no_gpu_no_energy_never_zero():
     assert energy.section_energy([], {}, output_tokens=100, prompt_tokens=10) is None
-    assert energy.idle_power(()) == {}
+    assert gpu_watch.idle_power(()) == {}
 
 
 def test_nvml_answers_the_counter_or_says_the_gpu_has_none(nvml):
@@ -59,7 +61,7 @@ def test_nvml_answers_the_counter_or_says_the_gpu_has_none(nvml):
     samples = {s["gpu"]: s for s in host_facts.gpu_sample(("0", "1"))}
     assert samples["0"]["energy_mj"] == 123_456 and samples["1"]["energy_mj"] is None
     assert samples["0"]["at_s"] > 0
-    assert energy.idle_power(("0", "1")) == {"0": 118.0, "1": 118.0}  # the box's idle draw, in W
+    assert gpu_watch.idle_power(("0", "1")) == {"0": 118.0, "1": 118.0}  # the box's idle draw, in W
 
 
 def test_the_counter_read_through_nvml_gives_the_sampled_window(nvml):
@@ -72,7 +74,7 @@ def test_the_counter_read_through_nvml_gives_the_sampled_window(nvml):
 
 
 def test_a_dip_between_two_readings_is_a_reset_even_when_the_ends_agree():
-    found = energy.gpu_energy(_samples([0.0, 1.0, 2.0], [100, 100, 100], [1_000, 500, 2_000]))
+    found = gpu_watch.gpu_energy(_samples([0.0, 1.0, 2.0], [100, 100, 100], [1_000, 500, 2_000]))
     assert found["source"].startswith("power") and found["joules"] == pytest.approx(200.0)
 
 

@@ -47,7 +47,7 @@ def exclusion_reason(config: dict, spec: LaunchSpec) -> str | None:
 
 
 def planning_capability(config: dict) -> str | None:
-    from specsweep.measure.host_facts import local_compute_capability
+    from specsweep.host.host_facts import local_compute_capability
 
     return (config.get("hardware") or {}).get("compute_capability") or local_compute_capability()
 

@@ -16,7 +16,7 @@ from specsweep.analysis import verdict
 from specsweep.analysis.aggregate import not_ok
 from specsweep.analysis.answer import best_table, keys_of_best
 from specsweep.analysis.ledger import looks
-from specsweep.measure import gpu_watch
+from specsweep.host import gpu_watch
 from specsweep.records import paths, store
 from specsweep.records.result import Result
 from specsweep.records.status import OK

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from specsweep.errors import ConfigError, GpuThrottled, HostNotQuiet, SpecsweepError
-from specsweep.measure import host_facts, quiet_host
+from specsweep.host import host_facts, quiet_host
 from specsweep.measure.before_start import secrets
 from specsweep.records import paths, store
 from specsweep.records.failure import Failure

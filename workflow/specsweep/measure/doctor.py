@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specsweep.cache import cache_dir
 from specsweep.errors import ConfigError
-from specsweep.measure import gpu_memory, gpu_pool, host_facts, locks, quiet_host
+from specsweep.host import gpu_memory, gpu_pool, host_facts, locks, quiet_host
 from specsweep.servers import backends, probes
 from specsweep.spec import EMBEDDED
 from specsweep.study import offline

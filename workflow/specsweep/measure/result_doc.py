@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specsweep import __version__
-from specsweep.measure import quiet_host, workload
+from specsweep.host import quiet_host
+from specsweep.measure import workload
 from specsweep.records.request import RequestRecord
 from specsweep.records.result import Result
 from specsweep.records.store import utc_now

@@ -12,18 +12,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.host import gpu_watch, host_facts, leases, locks, quiet_host
 from specsweep.measure import (
     before_start,
     client,
     energy,
     goodput,
-    host_facts,
     in_flight,
     interrupts,
-    leases,
-    locks,
     provenance,
-    quiet_host,
     section_stats,
     workload,
 )
@@ -61,7 +58,7 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
             derived=lambda p: backend.derived_ports(command.server_argv(spec, p, key), p)))
         hw = host_facts.facts(lease.gpus)
         before_start.check_exclusions(spec.excluded_on, hw)
-        idle_w = energy.idle_power(lease.gpus)  # before the server loads: energy above idle
+        idle_w = gpu_watch.idle_power(lease.gpus)  # before the server loads: energy above idle
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
         server = ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,

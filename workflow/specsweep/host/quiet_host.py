@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import psutil
 
 from specsweep.errors import GpuThrottled, HostNotQuiet
-from specsweep.measure import gpu_watch, host_facts
+from specsweep.host import gpu_watch, host_facts
 
 Snapshot = dict[int, tuple]  # pid -> (create time, CPU seconds, name[, parent pid])
 # CPU time is counted in clock ticks (10 ms): below a few ticks a figure is resolution, not load,

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from specsweep.errors import ConfigError
-from specsweep.measure import host_facts
+from specsweep.host import host_facts
 
 HOST_DEVICE = "host"  # the whole machine, as one device, on a host without GPUs
 POLL_S = 0.25  # how often a waiting job looks at the locks and the GPUs' memory again

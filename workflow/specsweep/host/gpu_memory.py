@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from specsweep.measure import host_facts
+from specsweep.host import host_facts
 from specsweep.records import store
 
 MIB = 1 << 20

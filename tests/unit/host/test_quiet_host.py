@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from specsweep.errors import GpuThrottled, HostNotQuiet
-from specsweep.measure import gpu_watch, quiet_host
+from specsweep.host import gpu_watch, quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)

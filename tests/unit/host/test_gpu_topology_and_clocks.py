@@ -9,7 +9,7 @@ import pytest
 
 from gpu_box import HW_THERMAL, IDLE, SW_POWER_CAP, box, h100
 from specsweep.errors import GpuThrottled
-from specsweep.measure import gpu_pool, gpu_watch, host_facts, leases, quiet_host
+from specsweep.host import gpu_pool, gpu_watch, host_facts, leases, quiet_host
 
 SETTINGS = quiet_host.Settings(max_foreign_cores=0.25, max_repeat_spread=0.5, retry_pause_s=0,
                                max_gpu_slowed_share=0.05)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from specsweep.errors import ConfigError, DeviceBusy, PortConflict
-from specsweep.measure import host_facts, leases, locks
+from specsweep.host import host_facts, leases, locks
 
 # --- device leases ------------------------------------------------------------------------------
 
@@ -58,7 +58,7 @@ def test_a_crashed_holders_devices_are_free_again(monkeypatch, tmp_path, gpu):
         monkeypatch.setenv("SPECSWEEP_GPUS", "0")  # one GPU: the waiter needs the crasher's
     else:
         monkeypatch.delenv("SPECSWEEP_GPUS", raising=False)
-    holder = subprocess.Popen([sys.executable, "-c", "from specsweep.measure import leases; import time; "
+    holder = subprocess.Popen([sys.executable, "-c", "from specsweep.host import leases; import time; "
                                f"leases.acquire(1, holder='crasher', announce=print, gpu={gpu}); "
                                "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

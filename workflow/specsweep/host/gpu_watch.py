@@ -10,10 +10,11 @@ import functools
 import operator
 import statistics
 import threading
+import time
 
 import psutil
 
-from specsweep.measure import energy, host_facts
+from specsweep.host import host_facts
 
 
 def foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
@@ -35,6 +36,41 @@ def foreign(gpus: tuple[str, ...], own: set[int]) -> list[dict]:
     except Exception:  # NVML errors never fail a measurement; they only leave the list short
         return found
     return found
+
+
+# A GPU's energy over a window (AIPerf's energy analysis): NVML's total-energy counter
+# (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded; Volta and later) read at
+# both ends of the exact window; without it, or where it went backwards inside the window (a
+# driver reload resets it), the power readings integrated over time (trapezoids), a figure less
+# exact: NVML's power is a trailing average. Each figure says which it is (``source``).
+COUNTER, POWER = "counter", "power"
+IDLE_SAMPLES, IDLE_EVERY_S = 5, 0.1  # half a second of readings: NVML's power is a 1 s trailing average
+
+
+def idle_power(gpus: tuple[str, ...]) -> dict[str, float]:
+    """Each GPU's mean power (W) before the server starts; {} without NVML or GPUs."""
+    readings: dict[str, list[float]] = {}
+    for i in range(IDLE_SAMPLES if gpus else 0):
+        for sample in host_facts.gpu_sample(gpus):
+            readings.setdefault(sample["gpu"], []).append(sample["power_w"])
+        if i + 1 < IDLE_SAMPLES:
+            time.sleep(IDLE_EVERY_S)
+    return {gpu: round(sum(ws) / len(ws), 3) for gpu, ws in readings.items() if ws}
+
+
+def gpu_energy(samples: list[dict]) -> dict | None:
+    """One GPU's energy over its samples (ordered in time): {joules, source, window_s}; None with
+    fewer than two samples (nothing measured a window)."""
+    if len(samples) < 2:
+        return None
+    window = samples[-1]["at_s"] - samples[0]["at_s"]
+    counter = [s.get("energy_mj") for s in samples]
+    steady = None not in counter and all(b >= a for a, b in zip(counter, counter[1:]))
+    if steady:
+        return {"joules": (counter[-1] - counter[0]) / 1000.0, "source": COUNTER, "window_s": window}
+    joules = sum((b["at_s"] - a["at_s"]) * (a["power_w"] + b["power_w"]) / 2 for a, b in zip(samples, samples[1:]))
+    why = POWER if None in counter else f"{POWER} (the counter went backwards: reset)"
+    return {"joules": joules, "source": why, "window_s": window}
 
 
 # How often a held GPU is read during a section: often enough that a throttled stretch of a
@@ -74,7 +110,7 @@ class Sampler:
 def telemetry(samples: list[dict]) -> list[dict]:
     """Per GPU: its samples' SM clock (min, mean, max), hottest temperature, power (mean, max),
     most memory in use, the share of samples slowed for heat or power (host_facts.SLOWED) and at
-    the power cap, every clock-event reason seen, and its energy over the window (energy.gpu_energy:
+    the power cap, every clock-event reason seen, and its energy over the window (gpu_energy:
     the counter's delta, else power integrated; absent where the samples carry no time)."""
     out = []
     for gpu in dict.fromkeys(s["gpu"] for s in samples):
@@ -99,7 +135,7 @@ def telemetry(samples: list[dict]) -> list[dict]:
 def _energy_of(samples: list[dict]) -> dict:
     if not all("at_s" in s for s in samples):  # samples written before energy was read
         return {}
-    found = energy.gpu_energy(samples)
+    found = gpu_energy(samples)
     if found is None:
         return {"energy_j": None, "energy_source": None, "energy_window_s": None}
     return {"energy_j": round(found["joules"], 3), "energy_source": found["source"],

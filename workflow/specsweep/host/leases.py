@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsweep.errors import ConfigError, DeviceBusy, PortConflict
-from specsweep.measure import gpu_pool, host_facts, locks
+from specsweep.host import gpu_pool, host_facts, locks
 from specsweep.servers import probes
 
 ANNOUNCE_EVERY_S = 60.0

@@ -14,8 +14,8 @@ import math
 import os
 import time
 
-from specsweep.measure import gpu_memory, host_facts
-from specsweep.measure.locks import POLL_S, lock_dir
+from specsweep.host import gpu_memory, host_facts
+from specsweep.host.locks import POLL_S, lock_dir
 
 
 def host_gpus() -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from gpu_box import h100
-from specsweep.measure import gpu_memory, gpu_pool, host_facts, leases, locks
+from specsweep.host import gpu_memory, gpu_pool, host_facts, leases, locks
 
 MIB, GIB = 1 << 20, 1 << 30
 

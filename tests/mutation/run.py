@@ -45,7 +45,7 @@ REPO = HERE.parents[1]
 WORK = REPO / "build" / "mutation"
 MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "measure/client.py", "servers/process.py", "servers/probes.py", "measure/workload.py", "measure/runner.py",
-    "cli.py", "records/result.py", "analysis/aggregate.py", "analysis/ledger.py", "analysis/plot.py",
+    "cli/__init__.py", "records/result.py", "analysis/aggregate.py", "analysis/ledger.py", "analysis/plot.py",
     "study/prompts.py",
     "servers/backends/base.py", "servers/backends/llama_server.py", "study/loading.py", "study/grid.py",
     "host/quiet_host.py", "host/leases.py", "host/gpu_pool.py", "host/locks.py",

@@ -9,7 +9,7 @@ def test_launch_takes_the_quiet_host_settings_under_their_name_and_the_old_guard
 
     for flag in ("--quiet-host", "--guard"):
         args = cli._parser().parse_args(["launch", "--spec", "{}", flag, '{"retry_pause_s": 1}'])
-        assert args.quiet_host == '{"retry_pause_s": 1}' and cli._quiet_host(args).retry_pause_s == 1
+        assert args.quiet_host == '{"retry_pause_s": 1}' and cli.measuring.quiet_host_settings(args).retry_pause_s == 1
 
 
 def test_the_subcommand_once_called_run_is_refused_with_its_new_name(capsys):

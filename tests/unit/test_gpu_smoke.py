@@ -15,7 +15,9 @@ import pytest
 
 from conftest import benchmark_module
 
-gpu_smoke = benchmark_module("gpu_smoke")
+gpu_smoke = benchmark_module("gpu_smoke")  # the call
+gpu_checks = benchmark_module("gpu_checks")  # its study and checks
+gpu_carry = benchmark_module("gpu_carry")  # what it carries
 
 
 def test_the_stages_fit_one_device_call():
@@ -65,7 +67,7 @@ def held(checks: list[dict]) -> dict:
 
 def test_a_gpu_that_nvml_does_not_see_fails_instead_of_passing_empty(tmp_path):
     study = _study(tmp_path, telemetry=[], log="load_tensors: offloaded 0/5 layers to GPU\n")
-    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), {"before": {}, "peak": {}, "after": {}},
+    checks = held(gpu_checks.judge(study, str(tmp_path / "llama-server"), {"before": {}, "peak": {}, "after": {}},
                                   gpu=True))
     assert checks["NVML sees a GPU"] is False and checks["GPU memory came back after it"] is False
     assert checks["GPU memory rose during the run"] is False
@@ -76,10 +78,10 @@ def test_a_gpu_that_nvml_does_not_see_fails_instead_of_passing_empty(tmp_path):
 def test_a_run_on_the_gpu_that_held_passes_each_check(tmp_path):
     study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
-    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
-    gpu_checks = {k: v for k, v in checks.items() if any(w in k for w in ("GPU", "CUDA", "telemetry", "energy"))}
-    assert "each section records its energy per output token" in gpu_checks
-    assert gpu_checks and all(gpu_checks.values()), checks
+    checks = held(gpu_checks.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
+    on_gpu = {k: v for k, v in checks.items() if any(w in k for w in ("GPU", "CUDA", "telemetry", "energy"))}
+    assert "each section records its energy per output token" in on_gpu
+    assert on_gpu and all(on_gpu.values()), checks
     assert checks["tokens are the server's counter's"] and checks["no llama-server process left"]
     assert checks["both configurations measured"] is False  # one launch file was written here, not two
 
@@ -95,7 +97,7 @@ def test_each_gpu_check_fails_on_its_own_fault(tmp_path, broken):
     energy = {"no energy": None, "energy of zero": {**GOOD_ENERGY, "j_per_output_token": 0.0}}.get(broken, GOOD_ENERGY)
     study = _study(tmp_path, telemetry=telemetry, log=log, energy=energy)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": peak}, "after": {"0": after}}
-    checks = held(gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
+    checks = held(gpu_checks.judge(study, str(tmp_path / "llama-server"), memory, gpu=True))
     one_launch = {"both configurations measured", "the budget configuration drafted"}  # one file written here
     failed = {k for k, v in checks.items() if v is False} - one_launch
     expected = {"no memory reading": "each section's telemetry holds clocks, power and memory",
@@ -112,10 +114,10 @@ def test_a_server_left_running_is_found_by_its_program_not_by_a_word_in_another_
     shutil.copy(shutil.which("sleep"), binary)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(binary)])
     try:
-        assert gpu_smoke.llama_processes(str(binary)) == []  # the path is only an argument here
+        assert gpu_checks.llama_processes(str(binary)) == []  # the path is only an argument here
         server = subprocess.Popen([str(binary), "60"])
         try:
-            assert [p["pid"] for p in gpu_smoke.llama_processes(str(binary))] == [server.pid]
+            assert [p["pid"] for p in gpu_checks.llama_processes(str(binary))] == [server.pid]
         finally:
             server.kill()
             server.wait()
@@ -128,7 +130,7 @@ def test_a_launch_whose_checks_read_nothing_fails_the_smoke_check(tmp_path):
     unread = ["context not checked: /props answered 404"]
     study = _study(tmp_path, telemetry=GOOD_TELEMETRY, log=OFFLOADED, unchecked=unread)
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
-    checks = gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
+    checks = gpu_checks.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
     said = next(c for c in checks if c["check"] == "the server said its limits before measuring")
     assert said["held"] is False and said["detail"] == unread
 
@@ -156,7 +158,7 @@ def test_the_smoke_study_retries_a_transient_failure_as_any_study_does():
     """Issue 40.5: one host-not-quiet section must not end the device call's only pipeline run."""
     from specsweep import study
 
-    doc = study.validate_study(gpu_smoke.smoke_study("/x/llama-server", "/x/model.gguf", 4, gpu=True))
+    doc = study.validate_study(gpu_checks.smoke_study("/x/llama-server", "/x/model.gguf", 4, gpu=True))
     assert doc["retries"] >= 1 and doc["retries"] == study.validate_study({})["retries"]
 
 
@@ -274,10 +276,10 @@ def test_a_carried_server_lands_in_the_work_cache_where_provisioning_finds_it(tm
 
     carry, work, logs = tmp_path / "carry", tmp_path / "work", tmp_path / "logs"
     carry.mkdir(), logs.mkdir()
-    packed = gpu_smoke.pack_server(_server(tmp_path), carry)
-    assert packed["archive"] == gpu_smoke.PREBUILT and (carry / gpu_smoke.PREBUILT).stat().st_size == packed["bytes"]
+    packed = gpu_carry.pack_server(_server(tmp_path), carry)
+    assert packed["archive"] == gpu_carry.PREBUILT and (carry / gpu_carry.PREBUILT).stat().st_size == packed["bytes"]
     shutil.rmtree(tmp_path / "made")  # the GPU machine has only the carry
-    entry = gpu_smoke.unpack_server(carry, work, dict(os.environ), logs, gpu=False)
+    entry = gpu_carry.unpack_server(carry, work, dict(os.environ), logs, gpu=False)
     assert entry["used"] is True, entry
     found = valid_manifest(work / "cache" / "llama-server" / "0.3.36-abc-1234" / "manifest.json", "binary")
     assert found and found["binary"] == entry["binary"] and Path(entry["binary"]).is_relative_to(work)
@@ -292,8 +294,8 @@ def test_a_carried_server_that_cannot_run_here_is_set_aside_for_the_build(tmp_pa
                        cuda_arch="90-real" if fault == "built for the GPU" else None)
     if fault == "binary changed":
         (manifest.parent / "bin" / "llama-server").write_bytes(b"#!/bin/sh\n")
-    gpu_smoke.pack_server(manifest, carry)
-    entry = gpu_smoke.unpack_server(carry, work, dict(os.environ), logs, gpu=False)
+    gpu_carry.pack_server(manifest, carry)
+    entry = gpu_carry.unpack_server(carry, work, dict(os.environ), logs, gpu=False)
     why = {"a library the loader finds nowhere": "the loader finds no libgone.so",
            "built for the GPU": "built for CUDA 90-real", "binary changed": "SHA-256 differs"}[fault]
     assert entry["used"] is False and why in entry["why"] and "the build stage compiles" in entry["why"]
@@ -301,7 +303,7 @@ def test_a_carried_server_that_cannot_run_here_is_set_aside_for_the_build(tmp_pa
 
 
 def test_no_carried_server_means_the_build_stage_builds(tmp_path):
-    assert gpu_smoke.unpack_server(tmp_path, tmp_path / "work", {}, tmp_path, gpu=True) is None
+    assert gpu_carry.unpack_server(tmp_path, tmp_path / "work", {}, tmp_path, gpu=True) is None
 
 
 def test_the_telemetry_check_names_the_gpu_the_driver_and_the_figures_it_judged(tmp_path):
@@ -311,7 +313,7 @@ def test_the_telemetry_check_names_the_gpu_the_driver_and_the_figures_it_judged(
     doc["hardware"] = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1"}], "gpu_driver": "580.65.06"}
     launch.write_text(json.dumps(doc))
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
-    checks = gpu_smoke.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
+    checks = gpu_checks.judge(study, str(tmp_path / "llama-server"), memory, gpu=True)
     found = next(c for c in checks if c["check"] == "each section's telemetry holds clocks, power and memory")
     assert found["held"] and found["detail"] == [{
         "section": "tp1-b4-ctx128/short", "gpus": ["NVIDIA H100 80GB HBM3"], "driver": "580.65.06",
@@ -323,7 +325,7 @@ def test_a_study_that_wrote_no_launch_result_says_which_checks_it_could_not_judg
     failure.parent.mkdir(parents=True)
     failure.write_text('{"class": "server-died"}')
     memory = {"before": {"0": 500 << 20}, "peak": {"0": 1700 << 20}, "after": {"0": 510 << 20}}
-    checks = {c["check"]: c for c in gpu_smoke.judge(tmp_path, str(tmp_path / "llama-server"), memory, gpu=True)}
+    checks = {c["check"]: c for c in gpu_checks.judge(tmp_path, str(tmp_path / "llama-server"), memory, gpu=True)}
     unjudged = {k for k, c in checks.items() if c["held"] is None}
     assert unjudged == {"tokens are the server's counter's", "the budget configuration drafted",
                         "the server said its limits before measuring",

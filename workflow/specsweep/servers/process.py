@@ -180,18 +180,7 @@ class ServerProcess:
             return
         self._stop_watch.set()
         self._remember_tree()
-        procs = [p for p in self._tree.values() if _running(p)]
-        left = procs
-        if grace_s > 0:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            for proc in procs:
-                _send(proc, signal.SIGTERM)
-                _send(proc, signal.SIGCONT)  # a stopped process handles SIGTERM only once resumed
-            _, left = psutil.wait_procs(procs, timeout=grace_s)
-        _signal_group(self.proc.pid, signal.SIGKILL)
-        for proc in left:
-            _send(proc, signal.SIGKILL)
-        psutil.wait_procs(left, timeout=TERM_GRACE_S)
+        stop_tree(self.proc.pid, self._tree.values(), grace_s)
         self._wait_exit(TERM_GRACE_S)
         self._clean_shm()
         self._redact_log()
@@ -273,6 +262,25 @@ def _listeners(port: int) -> set[int]:
     except (psutil.AccessDenied, OSError):
         return set()
     return {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+
+
+def stop_tree(group: int, tree, grace_s: float = TERM_GRACE_S) -> None:
+    """The teardown: SIGTERM process group ``group`` and every process of ``tree`` (psutil
+    processes: children that left the group are reached too), SIGKILL what is left after
+    ``grace_s``, and reap them. ServerProcess.stop uses it, and so does the GPU call
+    (benchmarks/gpu_call.py) for a stage cut short, whose servers run in sessions of their own."""
+    procs = [p for p in tree if _running(p)]
+    left = procs
+    if grace_s > 0:
+        _signal_group(group, signal.SIGTERM)
+        for proc in procs:
+            _send(proc, signal.SIGTERM)
+            _send(proc, signal.SIGCONT)  # a stopped process handles SIGTERM only once resumed
+        _, left = psutil.wait_procs(procs, timeout=grace_s)
+    _signal_group(group, signal.SIGKILL)
+    for proc in left:
+        _send(proc, signal.SIGKILL)
+    psutil.wait_procs(left, timeout=TERM_GRACE_S)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

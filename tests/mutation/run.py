@@ -55,7 +55,7 @@ MUTATED = [  # files holding the targets; the rest of the package runs unmutated
     "analysis/verdict.py", "analysis/race.py", "measure/attempts.py", "records/paths.py", "records/store.py",
     "cache.py", "study/offline.py", "analysis/variance.py", "analysis/cells.py", "analysis/answer.py",
     "records/inferred.py", "measure/before_start.py", "measure/energy.py", "measure/in_flight.py",
-    "analysis/schedule.py",
+    "analysis/schedule.py", "records/migrations.py",
 ]
 TESTS = [  # what mutants are tried against: the tests that take seconds, the fault server's above all
     "tests/unit/measure/test_client.py", "tests/workflow/test_faults.py", "tests/unit/measure/test_workload.py",

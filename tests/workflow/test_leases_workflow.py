@@ -119,9 +119,9 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     rc, out = finish(run_workflow(tmp_path, doc), timeout=300)
     assert rc == 0, out
     assert "results/launches/tp1-b2-ctx16/launch1.json: " in out and "schema version 99" in out
-    assert "moved to results/invalid" in out
+    assert "moved to results/set-aside/results" in out
     assert re.search(r"launch_configuration\s+2\b", out), out  # exactly the two refused ones
-    kept = sorted(p.name for p in (tmp_path / "results/invalid").iterdir())
+    kept = sorted(p.name for p in (tmp_path / "results/set-aside/results").iterdir())
     assert [re.sub(r"-\d{4}-\d\d-\d\dT.*", "", k) for k in kept] == ["tp1-b2-ctx16", "tp1-b4-ctx16"]  # kept
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert set(summary["status"]) == {"ok"} and (tmp_path / "results/summary.png").exists()
@@ -134,7 +134,7 @@ def test_a_refused_result_is_measured_again_by_the_very_next_run(tmp_path):
     _corrupt(runs / "tp1-b2-ctx16/launch1.json", "version")
     proc = subprocess.run([sys.executable, "-m", "specsweep", "aggregate", "--config", "results/study/config.yaml",
                            "--launches", "results/launches", "--failures", "results/failures",
-                           "--quarantine", "results/invalid",
+                           "--set-aside", "results/set-aside/results",
                            "--csv", str(tmp_path / "x.csv")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 19 and "1 result file(s) cannot be aggregated" in proc.stderr, proc.stderr
     assert not (runs / "tp1-b2-ctx16/launch1.json").exists()

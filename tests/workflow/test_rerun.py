@@ -57,8 +57,10 @@ def test_a_result_damaged_by_hand_is_measured_again_by_the_next_main_command(tmp
     out, second = measured(tmp_path, doc)
     assert second[B0] == first[B0]  # the valid one is untouched
     assert second[B2][0] != first[B2][0] and json.loads(second[B2][0])["name"] == B2  # measured again
-    assert f"{B2}/launch1.json: unreadable" in out and "set aside in results/invalid/ and measured again" in out
-    assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [B2]  # kept, moved aside
+    assert f"{B2}/launch1.json: unreadable" in out and "set aside in results/set-aside/results/ and measured again" \
+        in out
+    kept = tmp_path / "results/set-aside/results"
+    assert [p.name.split("-20")[0] for p in kept.iterdir()] == [B2]  # kept, moved aside
     assert figure.stat().st_mtime_ns > before
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert set(summary["status"]) == {"ok"}
@@ -149,7 +151,7 @@ def test_planning_reads_only_results_newer_than_the_summary_and_leaves_exclusion
     marker = tmp_path / "results/set-aside" / f"{plan.digest()}.json"
     done = ledger.set_aside(cfg, plan, marker, tmp_path)
     assert len(done) == 2 and "moved to" in done[0], done
-    assert [p.name.split("-20")[0] for p in (tmp_path / "results/invalid").iterdir()] == [b4.name]
+    assert [p.name.split("-20")[0] for p in (tmp_path / "results/set-aside/results").iterdir()] == [b4.name]
     assert ledger.recorded_set_asides(tmp_path) == {"results/set-aside/" + marker.name: plan}
     assert (tmp_path / "results/summary.png").exists()  # nothing deleted: Snakemake makes it anew
 
@@ -196,7 +198,7 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
     assert second[B0] == first[B0]  # untouched
     assert {name for name in second if second[name] != first.get(name)} == {B2, B4, B6}
     assert all(json.loads(second[name][0])["spec"]["study"] == "rerun" for name in second)
-    assert sorted(p.name.split("-20")[0] for p in (workdir / "results/invalid").iterdir()) == [B2, B4]
+    assert sorted(p.name.split("-20")[0] for p in (workdir / "results/set-aside/results").iterdir()) == [B2, B4]
     assert len(list((workdir / "results/set-aside").glob("*.json"))) == 1
 
     rc, again = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
@@ -204,12 +206,11 @@ def test_planning_writes_nothing_and_the_run_measures_exactly_what_it_showed(tmp
 
 
 def test_a_results_folder_in_the_older_runs_layout_is_carried_over_not_measured_again(tmp_path):
-    """Issue 39.6 (a launch is not a run): a results folder written before launches/ was named keeps
-    each launch in runs/<name>/launch<k>.json, or runs/<name>.json in the oldest layout. The dry run
-    writes nothing and plans a carrying job (adopt_launch) for each result that stands and a launch
-    for the damaged one; the run carries them over byte for byte, measuring only the damaged one, and
-    the run after it has nothing to do: Snakemake finds what it recorded of the carried files as a
-    launch would have left it."""
+    """Issue 39.6 (a launch is not a run) and 56.1 (older layouts in one module): a results folder
+    written before launches/ was named keeps each launch in runs/<name>/launch<k>.json, or
+    runs/<name>.json in the oldest layout. Planning refuses it by name, writing nothing, and names
+    `specsweep migrate`, which carries every file over byte for byte; the run after it measures only
+    the damaged one (set aside as any refused result), and the run after that has nothing to do."""
     B4 = "tp1-b4-ctx16"
     workdir = tmp_path / "study"
     doc = study(workdir)
@@ -225,18 +226,22 @@ def test_a_results_folder_in_the_older_runs_layout_is_carried_over_not_measured_
 
     before = folder_state(workdir)
     rc, plan = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
-    assert rc == 0, plan[-3000:]
-    assert folder_state(workdir) == before, "the dry run changed the study folder"
-    assert "2 launch result(s) in results/runs/" in plan and f"results/runs/{B4}/launch1.json: unreadable" in plan
-    jobs = dict(re.findall(r"^(adopt_launch|set_aside|launch_configuration|summary)\s+(\d+)$", plan, re.M))
-    assert jobs == {"adopt_launch": "2", "set_aside": "1", "launch_configuration": "1", "summary": "1"}, plan[-3000:]
+    assert rc != 0 and "results/runs/ (3 file(s), today's results/launches/)" in plan, plan[-3000:]
+    assert "python -m specsweep migrate" in plan and folder_state(workdir) == before
+
+    moved = subprocess.run([sys.executable, "-m", "specsweep", "migrate"], cwd=workdir, capture_output=True,
+                           text=True, timeout=60)
+    assert moved.returncode == 0 and "3 file(s) carried over" in moved.stdout, moved.stdout + moved.stderr
+    rc, plan = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
+    assert rc == 0 and f"results/launches/{B4}/launch1.json: unreadable" in plan, plan[-3000:]
+    jobs = dict(re.findall(r"^(set_aside|launch_configuration|summary)\s+(\d+)$", plan, re.M))
+    assert jobs == {"set_aside": "1", "launch_configuration": "1", "summary": "1"}, plan[-3000:]
 
     _, second = measured(workdir, doc)
     assert second[B0][0] == first[B0][0] and second[B2][0] == first[B2][0]  # carried, not measured
     assert second[B4][0] != first[B4][0] and json.loads(second[B4][0])["spec"]["study"] == "rerun"
     assert not runs.exists()  # emptied and removed: nothing left in the older layout
-    assert [p.name.split("-20")[0] for p in (workdir / "results/invalid").iterdir()] == [B4]
-    assert sorted(p.name for p in (workdir / "logs/adopted").iterdir()) == [B0, B2]
+    assert [p.name.split("-20")[0] for p in (workdir / "results/set-aside/results").iterdir()] == [B4]
 
     rc, again = finish(run_workflow(workdir, doc, extra=("-n",)), timeout=300)
     assert rc == 0 and "Nothing to be done" in again, again[-3000:]

@@ -58,13 +58,13 @@ rule summary:
         study=get_study_json,
         launches=str(paths.LAUNCHES),
         failures=str(paths.FAILURES),
-        invalid=str(paths.INVALID),
+        set_aside=str(paths.SET_ASIDE_RESULTS),
     # One process for the table, the report's data and the figures: pandas, scipy and matplotlib
     # load once per summary (a figure that is a job's output is removed with it when the job fails).
     shell:
         "{PYTHON} -m specsweep aggregate --config-json {params.study:q} "
         "--launches {params.launches} --failures {params.failures} "
-        "--quarantine {params.invalid} --csv {output.csv} "
+        "--set-aside {params.set_aside} --csv {output.csv} "
         "--report-data --best {output.best} --front {output.front} --failures-page {output.failures} "
         "--pages {output.pages} --study-config {output.study} --summary-page {output.table} "
         "--best-page {output.best_page} --study-page {output.study_page} --answer {output.answer} "

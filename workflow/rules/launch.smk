@@ -45,36 +45,6 @@ rule launch_configuration:
         "--infer-from={params.infer_from:q} --quiet-host {QUIET_HOST:q} 2> {log}"
 
 
-# A results folder written before launches/ was named keeps its launches in runs/
-# (paths.LEGACY_RUNS): each standing one is carried over by a local job instead of measured again.
-# The job has the launch rule's very inputs and params, so what Snakemake records of the file is
-# what a launch would have left, and later runs find nothing changed under the launch rule.
-if PLAN.adopted:
-
-    rule adopt_launch:
-        input:
-            manifests=list(PLAN.provisioned.values()),
-            set_aside=get_set_aside,
-        output:
-            paths.LAUNCH_RESULT,
-        log:
-            paths.ADOPTED_LOG,
-        wildcard_constraints:
-            name=PLAN.adopted_names(),
-        params:
-            spec=get_launch_spec,
-            launch=get_launch_command,
-            server_log=paths.SERVER_LOG,
-            failures=str(paths.FAILURES),
-        shell:
-            "{PYTHON} -m specsweep adopt --out {output} > {log} 2>&1"
-
-    ruleorder: adopt_launch > launch_configuration
-
-    localrules:
-        adopt_launch,
-
-
 # Racing (verdict.until_decided): after round r, which configurations are still in some undecided
 # cell's best set and get launch r + 1. Decided from finished results alone, so the same results
 # always plan the same next round.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,6 @@ class Plan:
     set_aside: dict[str, ledger.SetAside] = field(default_factory=dict)  # marker path -> what it moves
     found: ledger.SetAside = field(default_factory=ledger.SetAside)  # what this parse found to set aside
     by_launch: dict = field(default_factory=dict)  # (name, launch) -> the markers it waits for
-    adopted: dict[str, list[int]] = field(default_factory=dict)  # name -> launches carried over from runs/
     run_order: list[str] = field(default_factory=list)  # a launch index's order: a cell's budgets side by side
     inferred_to_fail: dict[str, inferred.Inference] = field(default_factory=dict)  # not launched (infer_failures)
 
@@ -73,7 +71,6 @@ class Plan:
         if plan.found:
             plan.set_aside[str(paths.set_aside_marker(plan.found.digest()))] = plan.found
         plan.by_launch = ledger.markers_by_launch(plan.set_aside)
-        plan.adopted = ledger.adoptable(plan.measured, plan.most_launches, plan.found)
         plan.run_order = study.cell_major(list(specs.values()))
         return plan
 
@@ -82,10 +79,6 @@ class Plan:
         lines = self.found.lines()
         lines += [f"inferred to fail, not launched (infer_failures): {name}: {why.reason}"
                   for name, why in self.inferred_to_fail.items()]
-        if self.adopted:
-            count = sum(map(len, self.adopted.values()))
-            lines.append(f"{count} launch result(s) in {paths.LEGACY_RUNS}/, the folder's older name, are carried into "
-                         f"{paths.LAUNCHES}/ (rule adopt_launch), not measured again")
         if self.config["verdict"]["until_decided"]:
             n = len(self.measured)
             lines.append(f"racing: the first round measures {self.launches * n} launches ({self.launches} of each "
@@ -111,13 +104,6 @@ class Plan:
         """What a launch job's failure is inferred from (infer_failures): the shorter contexts that
         may run out of memory earlier in the same run. Unrecorded: opting in reruns nothing."""
         return Unrecorded(",".join(inferred.sources(self.config, self.spec(name).values)))
-
-    def adopted_names(self) -> str:
-        """The adopt rule's constraint on {name}: each configuration with a result to carry over,
-        and only at those launches (a lookahead on the rest of the path), so that no other launch
-        can be taken for one."""
-        return "|".join(f"{re.escape(name)}(?=/launch(?:{'|'.join(map(str, launches))})\\.json$)"
-                        for name, launches in self.adopted.items())
 
     def set_aside_before(self, name: str, launch: int) -> list[str]:
         """The set-aside markers of one launch: its old result moved aside first."""
@@ -169,8 +155,7 @@ class Plan:
         from specsweep.records.store import copy_to_history
 
         skip = {Path(r.path) for r in self.found.refused}
-        for folder in (paths.LAUNCHES, paths.LEGACY_RUNS):
-            copy_to_history(folder, paths.HISTORY, skip=skip)
+        copy_to_history(paths.LAUNCHES, paths.HISTORY, skip=skip)
 
     def after_success(self) -> None:
         """Once nothing is missing, the partial reports go; the answer on the terminal, where a

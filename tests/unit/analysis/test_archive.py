@@ -13,7 +13,7 @@ from factories import result_doc
 from specsweep import study
 from specsweep.analysis import archive
 from specsweep.errors import VerifyFailed
-from specsweep.records import store
+from specsweep.records import migrations, store
 
 
 def test_an_inconsistent_folder_is_not_archived(tmp_path):
@@ -34,11 +34,11 @@ def test_verify_reads_sha256sums_and_an_archive_made_before_under_its_old_name(t
     assert archive.verify(tmp_path) == archive.Verified(1, ())
     # the format `sha256sum -c` reads, as REPRODUCE.md and the docs say
     assert subprocess.run(["sha256sum", "-c", archive.CHECKSUMS], cwd=tmp_path, capture_output=True).returncode == 0
-    (tmp_path / archive.CHECKSUMS).rename(tmp_path / archive.CHECKSUMS_BEFORE)
+    (tmp_path / archive.CHECKSUMS).rename(tmp_path / migrations.CHECKSUMS_BEFORE)
     assert archive.verify(tmp_path) == archive.Verified(1, ())
     (tmp_path / "results" / "summary.csv").write_bytes(b"name,status\nx,failed\n")
     with pytest.raises(VerifyFailed, match="results/summary.csv: content differs from its checksum in MANIFEST.sha256"):
         archive.verify(tmp_path)
-    (tmp_path / archive.CHECKSUMS_BEFORE).unlink()
+    (tmp_path / migrations.CHECKSUMS_BEFORE).unlink()
     with pytest.raises(VerifyFailed, match="SHA256SUMS is missing"):
         archive.verify(tmp_path)

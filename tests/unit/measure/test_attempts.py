@@ -28,27 +28,17 @@ def test_a_result_of_another_study_in_launches_is_named_with_its_folder_and_conf
         attempts.check_same_study(spec_of("mine"), launches)
 
 
-@pytest.mark.parametrize("older", ["{name}/launch1.json", "{name}.json"])
-def test_a_result_of_another_study_in_the_older_runs_layout_is_refused_too(tmp_path, older):
-    launches = tmp_path / "results/launches"
-    other = spec_of("other")
-    write(tmp_path / "results/runs" / older.format(name=other.name), other)
-    with pytest.raises(ConfigError, match=r"results/runs holds results of study 'other'"):
-        attempts.check_same_study(spec_of("mine"), launches)
-
-
-def test_the_same_study_in_either_layout_and_an_unreadable_file_pass(tmp_path):
+def test_the_same_study_and_an_unreadable_file_pass(tmp_path):
     mine = spec_of("mine")
     write(tmp_path / "results/launches" / mine.name / "launch1.json", mine)
-    write(tmp_path / "results/runs" / mine.name / "launch2.json", mine)
-    (tmp_path / "results/runs/cut.json").write_text("{")  # aggregation's to refuse, not this check's
+    (tmp_path / "results/launches/cut.json").write_text("{")  # aggregation's to refuse, not this check's
     attempts.check_same_study(mine, tmp_path / "results/launches")
 
 
-def test_a_folder_not_named_launches_has_no_older_layout_beside_it(tmp_path):
-    # A hand run's --out elsewhere: a runs/ folder beside it is not this study's.
+def test_a_hand_runs_own_folder_is_checked_as_it_is(tmp_path):
+    # A hand run's --out elsewhere: the folder it writes into, whatever its name.
     other = spec_of("other")
-    write(tmp_path / "runs" / other.name / "launch1.json", other)
-    attempts.check_same_study(spec_of("mine"), tmp_path / "mine")
-    with pytest.raises(ConfigError, match="runs holds results of study 'other'"):
-        attempts.check_same_study(spec_of("mine"), tmp_path / "launches")
+    write(tmp_path / "mine" / other.name / "launch1.json", other)
+    with pytest.raises(ConfigError, match="mine holds results of study 'other'"):
+        attempts.check_same_study(spec_of("mine"), tmp_path / "mine")
+    attempts.check_same_study(spec_of("mine"), tmp_path / "elsewhere")

@@ -3,7 +3,7 @@
 import pytest
 
 from specsweep import study
-from specsweep.records import store
+from specsweep.records import migrations, store
 
 
 @pytest.fixture
@@ -13,7 +13,6 @@ def spec():
 
 def test_a_failure_record_of_the_old_class_name_is_read_under_the_new_one(tmp_path, spec):
     from specsweep import errors
-    from specsweep.records import failure
 
     old = {"schema": "specsweep.failure", "schema_version": 1, "name": spec.name, "class": "noisy-host",
            "exit_code": 18, "transient": True, "reason": "other processes took 0.9 cores"}
@@ -22,4 +21,4 @@ def test_a_failure_record_of_the_old_class_name_is_read_under_the_new_one(tmp_pa
     assert record.to_json()["schema_version"] == 2 and record.to_json()["class"] == "host-not-quiet"
     # Every rename leads to a class errors.py raises today, under the exit code it had.
     classes = {c.failure_class: c.exit_code for c in errors.classes()}
-    assert set(failure.RENAMED_CLASSES.values()) <= set(classes) and classes["host-not-quiet"] == 18
+    assert set(migrations.RENAMED_CLASSES.values()) <= set(classes) and classes["host-not-quiet"] == 18

@@ -307,3 +307,65 @@ def test_llama_servers_final_event_that_disagrees_with_the_request_is_refused_sa
     with pytest.raises(InvalidResponse) as caught:
         backends.get("llama-server").final({**FINAL, **change}, n_predict=8, prompt_len=16)
     assert str(caught.value) == words
+
+
+# SGLang's final event as srt/managers/tokenizer_manager.py sends it: meta_info with the counts, the
+# finish_reason ({"type": "length", "length": N}, or "abort" with a message), and the speculative
+# counters under whichever names the version uses (sglang.DRAFT_FIELDS, the first pair it has).
+SG_META = {"prompt_tokens": 16, "completion_tokens": 8, "finish_reason": {"type": "length", "length": 8},
+           "spec_verify_ct": 3, "spec_accept_token_num": 5, "spec_draft_token_num": 12}
+
+
+def test_sglangs_final_event_is_read_field_by_field():
+    server = backends.get("sglang")
+    final = server.final({"meta_info": SG_META}, n_predict=8, prompt_len=16)
+    assert (final.output_tokens, final.prompt_tokens, final.server_tok_s) == (8, 16, None)  # no decode rate
+    assert (final.draft_tokens, final.draft_accepted, final.verify_steps) == (12, 5, 3)
+    newer = {**SG_META, "spec_num_correct_drafts": 4, "spec_num_proposed_drafts": 10}  # the first pair wins
+    assert server.final({"meta_info": newer}, n_predict=8, prompt_len=16).draft_tokens == 10
+    plain = {k: v for k, v in SG_META.items() if not k.startswith("spec_")}  # budget 0: no draft fields
+    final = server.final({"meta_info": plain}, n_predict=8, prompt_len=16)
+    assert (final.draft_tokens, final.draft_accepted, final.verify_steps) == (0, 0, None)
+    unsaid = {k: v for k, v in plain.items() if k != "finish_reason"}  # no reason given: the counts decide
+    assert server.final({"meta_info": {**unsaid, "finish_reason": None}}, n_predict=8, prompt_len=16).output_tokens == 8
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"finish_reason": {"type": "abort", "message": "out of memory"}}, "sglang aborted the request: out of memory"),
+    ({"finish_reason": {"type": "abort"}}, "sglang aborted the request: {'type': 'abort'}"),
+    ({"completion_tokens": 7}, "server generated 7 tokens, 8 were requested with ignore_eos (finish_reason="
+                               "{'type': 'length', 'length': 8})"),
+    ({"prompt_tokens": 15}, "server evaluated 15 prompt tokens, 16 were sent"),
+])
+def test_sglangs_final_event_that_aborted_or_disagrees_is_refused_saying_why(change, words):
+    from specsweep.errors import InvalidResponse
+
+    with pytest.raises(InvalidResponse) as caught:
+        backends.get("sglang").final({"meta_info": {**SG_META, **change}}, n_predict=8, prompt_len=16)
+    assert str(caught.value) == words
+
+
+def test_a_setting_is_checked_against_what_the_server_reports_flag_by_flag():
+    """Backend.check_applied with SGLang's applied_fields: the value asked for against the one
+    /server_info reports; a flag the server does not report is unchecked, said, not assumed."""
+    from specsweep.errors import SettingNotApplied
+    from specsweep.servers.backends import Facts
+
+    server = backends.get("sglang")
+    argv = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", "--port", "1"]
+    told = Facts(version="0.5.23", max_context=None, detail={"speculative_algorithm": "NGRAM",
+                                                             "speculative_num_draft_tokens": 4})
+    done = server.check_applied(argv, told)
+    assert done.checked == ("speculative_algorithm: NGRAM, as --speculative-algorithm asked",
+                            "speculative_num_draft_tokens: 4, as --speculative-num-draft-tokens asked")
+    assert done.unchecked == ()
+    quiet = server.check_applied(argv, Facts(version="x", max_context=None, detail={"speculative_algorithm": "NGRAM"}))
+    assert quiet.unchecked == ("speculative_num_draft_tokens: not reported, so --speculative-num-draft-tokens 4 is "
+                               "not known to have taken effect",)
+    with pytest.raises(SettingNotApplied) as caught:
+        server.check_applied(argv, Facts(version="x", max_context=None,
+                                         detail={"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 2}))
+    assert str(caught.value) == ("--speculative-num-draft-tokens 4 was asked for, the server reports "
+                                 "speculative_num_draft_tokens = 2")
+    # A flag not given, or given last with no value, asks nothing.
+    assert server.check_applied(["--port", "1", "--speculative-ddtree-budget"], told).checked == ()

@@ -17,6 +17,7 @@ from factories import result_doc
 from specsweep import axes, cli, study
 from specsweep.analysis import aggregate, answer, compare, ledger, partial_reports, plot, report
 from specsweep.errors import ConfigError
+from specsweep.records import migrations
 from specsweep.records.failure import Failure
 from specsweep.records.store import write_json_atomic
 from specsweep.servers import command
@@ -197,8 +198,10 @@ def test_a_three_axis_study_against_a_four_axis_one_pairs_nothing_it_should_not(
 
 
 def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_compares(tmp_path):
-    """Results of main at 3546885 (tp1-b0-ctx64, tp1-b4-ctx64): read as they are, the same numbers."""
+    """Results of main at 3546885 (tp1-b0-ctx64, tp1-b4-ctx64), in the older runs/ layout: carried
+    over by `specsweep migrate` (nothing measured), then read as they are, the same numbers."""
     folder = shutil.copytree(LEGACY, tmp_path / "old")
+    assert len(migrations.migrate(folder)) == 2 and not (folder / "results/runs").exists()
     cfg = study.validate_study(yaml.safe_load((folder / "study.yaml").read_text()))
     old = pd.read_csv(folder / "results" / "summary.csv")
     frame = aggregate.summarize(cfg, folder / "results" / "launches", folder / "results" / "failures")

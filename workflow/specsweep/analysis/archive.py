@@ -23,18 +23,17 @@ from specsweep import __version__
 from specsweep.analysis import aggregate, ledger
 from specsweep.errors import InconsistentStudy, SpecsweepError, VerifyFailed
 from specsweep.measure import provenance
-from specsweep.records import paths, store
+from specsweep.records import migrations, paths, store
 from specsweep.study.grid import expand_grid
 
-# Every file's SHA-256 in `sha256sum`'s format (`sha256sum -c SHA256SUMS` checks it too); archives
-# made before 2026-12-05 name it MANIFEST.sha256, which verify still reads. ("Manifest" is a
-# provisioned target's record, study/manifests.py.)
+# Every file's SHA-256 in `sha256sum`'s format (`sha256sum -c SHA256SUMS` checks it too); verify
+# still reads an older archive's (records/migrations.py). ("Manifest" is a provisioned target's
+# record, study/manifests.py.)
 CHECKSUMS = "SHA256SUMS"
-CHECKSUMS_BEFORE = "MANIFEST.sha256"
 STUDY_CONFIG = "config.yaml"
 # What of a study folder goes in, besides the code and the generated files.
 INCLUDE = tuple(str(p) for p in (
-    paths.LAUNCHES, paths.LEGACY_RUNS, paths.FAILURES, paths.HISTORY, paths.INVALID, paths.SET_ASIDE, paths.REPORT,
+    paths.LAUNCHES, paths.FAILURES, paths.HISTORY, paths.SET_ASIDE, paths.REPORT,
     paths.SUMMARY_CSV, paths.SUMMARY_PNG, paths.TRADEOFF_PNG, paths.BEST_CSV, paths.FAILED_CSV, paths.COMPARE,
     paths.PROVISION, paths.REPORT_HTML, paths.LOGS))
 LEAVE_OUT = (str(paths.ARCHIVE_LOGS),)  # this rule's own log, written while the archive is made
@@ -182,7 +181,8 @@ def verify(folder: Path) -> Verified:
     (a virtualenv, rebuilt.csv, Snakemake's .snakemake/ in code/). They are reported, grouped
     by folder, and never fail the check.
     """
-    sums = next((folder / name for name in (CHECKSUMS, CHECKSUMS_BEFORE) if (folder / name).is_file()), None)
+    sums = next((folder / name for name in (CHECKSUMS, migrations.CHECKSUMS_BEFORE) if (folder / name).is_file()),
+                None)
     if sums is None:
         raise VerifyFailed(f"{folder / CHECKSUMS} is missing: not a specsweep study archive")
     bad, listed = [], set()

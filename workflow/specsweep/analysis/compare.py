@@ -27,7 +27,7 @@ from scipy import stats
 
 from specsweep import axes
 from specsweep.errors import ConfigError
-from specsweep.records import paths, store
+from specsweep.records import migrations, paths, store
 from specsweep.records.result import ACROSS_STUDIES, Result
 from specsweep.records.status import EXCLUDED, OK
 from specsweep.records.store import InvalidResult, read_result
@@ -55,7 +55,7 @@ def open_study(path: Path, tmp: Path) -> Study:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path} does not exist: pass a study's results folder or a .tar.gz of one")
-    folder = _unpack(path, tmp) if path.is_file() else path
+    folder = migrations.readable(_unpack(path, tmp) if path.is_file() else path, tmp)
     for candidate in (folder / "summary.csv", folder / "partial/summary.csv"):
         if candidate.is_file():
             summary = pd.read_csv(candidate, dtype={"reason": "string"}).fillna({"reason": ""})
@@ -65,7 +65,6 @@ def open_study(path: Path, tmp: Path) -> Study:
                           f"(after `snakemake --cores 1 results/summary.png`) or an archive of one")
     launches = {}
     for name in summary.loc[summary["status"] == OK, "name"].unique():
-        # launches/ beside the summary, or runs/ in a folder written before it was named so.
         found = paths.launch_results(folder / paths.LAUNCHES.name, name)
         if not found:
             raise ConfigError(f"{path}: the summary says {name} was measured, and {paths.LAUNCHES.name}/ holds no "

@@ -17,7 +17,6 @@ from specsweep.records.store import (
     InvalidResult,
     failure_record,
     next_attempt,
-    prune_legacy,
     read_race_round,
     read_result,
     utc_now,
@@ -123,14 +122,14 @@ def refused_launches(spec: LaunchSpec, launches_dir: Path) -> list[tuple[int, Pa
     return refused
 
 
-def quarantine(spec: LaunchSpec, source: Path, reason: str, invalid_dir: Path, failures_dir: Path) -> str:
-    """Move one refused result file into invalid_dir with a failure record; return the line that says so."""
+def set_aside_file(spec: LaunchSpec, source: Path, reason: str, into: Path, failures_dir: Path) -> str:
+    """Set one refused result file aside: moved into ``into`` with a failure record; return the line
+    that says so."""
     stamp = utc_now().replace(":", "").replace("+0000", "Z")
     launch = "" if source.name in (f"{spec.name}.json", "launch1.json") else f"-{source.stem}"
-    source, target = Path(source), Path(invalid_dir) / f"{spec.name}{launch}-{stamp}.json"
+    source, target = Path(source), Path(into) / f"{spec.name}{launch}-{stamp}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     source.replace(target)
-    prune_legacy(source)
     error = ResultRefused(f"result refused by aggregation ({reason}); moved to {target}")
     write_failure(failures_dir, failure_record(
         name=spec.name, spec=json.loads(spec.to_json()), error=error, started_at=utc_now(),
@@ -138,9 +137,9 @@ def quarantine(spec: LaunchSpec, source: Path, reason: str, invalid_dir: Path, f
     return f"{source}: {reason} (moved to {target})"
 
 
-def quarantine_invalid(config: dict, frame: pd.DataFrame, launches_dir: Path, invalid_dir: Path,
-                       failures_dir: Path) -> None:
-    """Move every result aggregation refused out of the way, with a failure record, and fail.
+def set_aside_refused(config: dict, frame: pd.DataFrame, launches_dir: Path, into: Path,
+                      failures_dir: Path) -> None:
+    """Set every result aggregation refused aside, with a failure record, and fail.
 
     A refused file left in place would look finished to Snakemake and never be rerun; moved
     aside (never deleted) it is kept for inspection, and the next run measures it anew. What the
@@ -152,7 +151,7 @@ def quarantine_invalid(config: dict, frame: pd.DataFrame, launches_dir: Path, in
     if bad.empty:
         return
     specs = {s.name: s for s in expand_grid(config)}
-    lines = [quarantine(specs[row.name], path, reason, invalid_dir, failures_dir)
+    lines = [set_aside_file(specs[row.name], path, reason, into, failures_dir)
              for row in bad.itertuples() for _, path, reason in refused_launches(specs[row.name], launches_dir)]
     raise ResultRefused(
         f"{len(lines)} result file(s) cannot be aggregated:\n  " + "\n  ".join(lines)
@@ -177,7 +176,7 @@ class SetAside:
     Planning writes nothing (`snakemake -n` is a preview): the plan names the refused results
     (damaged, or measured otherwise) and the configurations with a launch missing while a summary
     made without it stands. The run's set-aside job (rule set_aside) moves the refused files into
-    results/invalid/ and writes this plan as its marker, which the refused launches' jobs and the
+    results/set-aside/results/ and writes this plan as its marker, which the refused launches' jobs and the
     summary take as input, so Snakemake measures exactly those again and makes the summary anew.
     ``made`` is the mtime (ns) of the newest summary table (full or partial) the plan was made
     against: the same state planned twice names one marker, a new damage or a new summary another.
@@ -206,7 +205,8 @@ class SetAside:
 
     def lines(self) -> list[str]:
         """What the run will do, for the person who plans it."""
-        lines = [f"{r.path}: {r.reason}: set aside in {paths.INVALID}/ and measured again" for r in self.refused]
+        lines = [f"{r.path}: {r.reason}: set aside in {paths.SET_ASIDE_RESULTS}/ and measured again"
+                 for r in self.refused]
         if self.missing:
             more = len(self.missing) - 4
             shown = ", ".join(self.missing[:4]) + (f" and {more} more" if more > 0 else "")
@@ -242,21 +242,6 @@ def plan_set_aside(config: dict, root: Path = Path(".")) -> SetAside:
     return SetAside(tuple(refused), tuple(missing), made) if refused or missing else SetAside()
 
 
-def adoptable(measured: list[str], most: int, refused: SetAside, root: Path = Path(".")) -> dict[str, list[int]]:
-    """{configuration: launches} whose result is in runs/ (a folder written before launches/ was named)
-    and not yet in launches/, and stands (not among the plan's refused): the run carries each over
-    (rule adopt_launch) instead of measuring it. Reads only, and nothing where there is no runs/."""
-    if not (Path(root) / paths.LEGACY_RUNS).is_dir():
-        return {}
-    found, skip = {}, refused.launches()
-    for name in measured:
-        launches = [k for k in range(1, most + 1) if (name, k) not in skip
-                    and paths.legacy_result(Path(root) / paths.launch_result(name, k)) is not None]
-        if launches:
-            found[name] = launches
-    return found
-
-
 def recorded_set_asides(root: Path = Path(".")) -> dict[str, SetAside]:
     """{marker path: plan} of every set-aside a run of this study has done (rule set_aside).
 
@@ -284,7 +269,7 @@ def markers_by_launch(markers: dict[str, SetAside]) -> dict[tuple[str, int], lis
 
 def set_aside(config: dict, plan: SetAside, marker: Path, root: Path = Path(".")) -> list[str]:
     """Do what the plan says (the run's set-aside job): move each refused result into
-    results/invalid/ with a failure record, then write the plan as the marker."""
+    results/set-aside/results/ with a failure record, then write the plan as the marker."""
     root = Path(root)
     specs = {spec.name: spec for spec in expand_grid(config)}
     lines = []
@@ -292,7 +277,7 @@ def set_aside(config: dict, plan: SetAside, marker: Path, root: Path = Path(".")
         source = root / r.path
         if source.exists():
             spec = replace(specs[r.name], launch=r.launch)
-            lines.append(quarantine(spec, source, r.reason, root / paths.INVALID, root / paths.FAILURES))
+            lines.append(set_aside_file(spec, source, r.reason, root / paths.SET_ASIDE_RESULTS, root / paths.FAILURES))
         else:
             lines.append(f"{r.path}: already gone ({r.reason})")
     lines += [f"{name}: a launch is missing; measured again" for name in plan.missing]

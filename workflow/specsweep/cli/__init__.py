@@ -6,7 +6,7 @@
 
 One module per group of subcommands, each subcommand an ``args_<name>`` (its arguments) and a
 ``cmd_<name>`` (its handler) side by side: measuring (launch, provision), summarizing (set-aside,
-adopt, aggregate, race, report-data, plot), sharing (compare, archive, verify, rebuild),
+aggregate, race, report-data, plot), sharing (compare, archive, verify, rebuild, migrate),
 inspecting (grid, doctor, config-keys, failure-classes). The table below names them all.
 """
 
@@ -19,6 +19,7 @@ import traceback
 
 from specsweep.cli import inspecting, measuring, sharing, summarizing
 from specsweep.errors import InternalError, SpecsweepError
+from specsweep.records import migrations
 
 
 def entry() -> None:
@@ -32,15 +33,10 @@ def entry() -> None:
     sys.exit(code)
 
 
-# Subcommands renamed, and what they are called now: the old name is refused with the new one.
-RENAMED = {"run": "launch"}
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in RENAMED:
-        print(f"specsweep: `specsweep {argv[0]}` is now `specsweep {RENAMED[argv[0]]}` (one launch of one "
-              f"configuration; a run is a whole invocation of the workflow): the same arguments", file=sys.stderr)
+    if refused := _renamed(argv):
+        print(f"specsweep: {refused}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv)
     try:
@@ -67,10 +63,8 @@ COMMANDS = {
                    measuring.args_provision, measuring.cmd_provision),
     "aggregate": ("summary table from valid results only",
                    summarizing.args_aggregate, summarizing.cmd_aggregate),
-    "set-aside": ("move the results planning refused into results/invalid/ (the run's first job)",
+    "set-aside": ("move the results planning refused into results/set-aside/ (the run's first job)",
                    summarizing.args_set_aside, summarizing.cmd_set_aside),
-    "adopt": ("carry a launch result from results/runs/ (the older layout) into results/launches/",
-               summarizing.args_adopt, summarizing.cmd_adopt),
     "race": ("racing: which configurations get another launch after a round",
               summarizing.args_race, summarizing.cmd_race),
     "plot": ("summary figure from the summary table",
@@ -85,6 +79,8 @@ COMMANDS = {
                 sharing.args_verify, sharing.cmd_verify),
     "rebuild": ("the summary table again from an unpacked archive's raw results",
                  sharing.args_rebuild, sharing.cmd_rebuild),
+    "migrate": ("carry a study folder an older specsweep wrote into today's layout; nothing is measured again",
+                 sharing.args_migrate, sharing.cmd_migrate),
     "grid": ("list the configurations of a study",
               inspecting.args_grid, inspecting.cmd_grid),
     "doctor": ("check this host for a study before a long sweep: one line per check",
@@ -94,6 +90,17 @@ COMMANDS = {
     "config-keys": ("every key of a study, its default and meaning (the schema's), as a Markdown table",
                      inspecting.args_config_keys, inspecting.cmd_config_keys),
 }
+
+
+def _renamed(argv: list[str]) -> str | None:
+    """A subcommand or flag an older specsweep took (records/migrations.py): what it is called now."""
+    if argv and argv[0] in migrations.RENAMED_COMMANDS:
+        new, why = migrations.RENAMED_COMMANDS[argv[0]]
+        return f"`specsweep {argv[0]}` is now `specsweep {new}` ({why})"
+    for old in (a.split("=")[0] for a in argv if a.split("=")[0] in migrations.RENAMED_FLAGS):
+        new, why = migrations.RENAMED_FLAGS[old]
+        return f"{old} is now {new} ({why})"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:

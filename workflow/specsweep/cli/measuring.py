@@ -12,7 +12,7 @@ from pathlib import Path
 from specsweep.errors import ConfigError, InternalError, SpecsweepError
 from specsweep.host import quiet_host
 from specsweep.measure import attempts, before_start, interrupts
-from specsweep.records import paths, store
+from specsweep.records import migrations, paths, store
 from specsweep.servers import signatures
 from specsweep.servers.backends import Provision
 from specsweep.spec import LaunchSpec
@@ -25,7 +25,7 @@ def args_launch(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--spec", help="the launch spec as JSON (what the workflow passes)")
     source.add_argument("--config", type=Path, help="a study YAML; pick the configuration with --name")
     parser.add_argument("--name", help="configuration name with --config, e.g. tp1-b4-ctx128")
-    parser.add_argument("--binary-manifest", "--server-manifest", type=Path,
+    parser.add_argument("--binary-manifest", *migrations.FLAG_SPELLINGS["--binary-manifest"], type=Path,
                         help="provisioned server manifest (for server.binary 'embedded')")
     parser.add_argument("--model-manifest", type=Path, help="provisioned model manifest (for 'embedded')")
     parser.add_argument("--prompts-manifest", type=Path,
@@ -43,9 +43,8 @@ def args_launch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--infer-from", default="",
                         help="comma-separated configurations (shorter contexts, all else equal): if one ran out of "
                              "memory, refuse at once as inferred to fail (the study's infer_failures)")
-    parser.add_argument("--quiet-host", "--guard", dest="quiet_host",
-                        help="the study's quiet_host settings as JSON (default: the study's, or the defaults); "
-                             "--guard is its old spelling")
+    parser.add_argument("--quiet-host", *migrations.FLAG_SPELLINGS["--quiet-host"], dest="quiet_host",
+                        help="the study's quiet_host settings as JSON (default: the study's, or the defaults)")
 
 
 def cmd_launch(args) -> int:

@@ -1,6 +1,7 @@
 """Subcommands that carry a study elsewhere: ``compare`` (study B against study A), ``archive``
 (one file holding config, code, environment, results and logs), ``verify`` (an archive against
-its checksums) and ``rebuild`` (the summary again from an archive's raw results)."""
+its checksums), ``rebuild`` (the summary again from an archive's raw results) and ``migrate`` (a
+study folder an older specsweep wrote, into today's layout)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from specsweep.cli.common import add_study_args, study_of
 from specsweep.errors import ConfigError
-from specsweep.records import paths, store
+from specsweep.records import migrations, paths, store
 from specsweep.study import loading
 
 
@@ -104,3 +105,15 @@ def cmd_rebuild(args) -> int:
     print(archive.rebuild_summary(args.folder, args.out))
     return 0
 
+
+def args_migrate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--folder", type=Path, default=Path("."), help="the study folder (default: here)")
+
+
+def cmd_migrate(args) -> int:
+    """Every file of an older layout moved where today's specsweep keeps it (records/migrations.py)."""
+    lines = migrations.migrate(args.folder)
+    print("\n".join(lines) if lines else f"{args.folder}: nothing of an older layout; nothing to do")
+    if lines:
+        print(f"{len(lines)} file(s) carried over, nothing measured again; run the study's command as before")
+    return 0

@@ -1,5 +1,5 @@
 """Subcommands that turn launch results into the study's answer: ``set-aside`` (refused results
-moved aside), ``adopt`` (an older layout's result carried over), ``aggregate`` (the summary
+moved aside), ``aggregate`` (the summary
 table), ``race`` (who gets another launch), ``report-data`` (best table, report pages, deploy
 files, the terminal's answer) and ``plot`` (the figures)."""
 
@@ -33,24 +33,13 @@ def cmd_set_aside(args) -> int:
     return 0
 
 
-def args_adopt(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True,
-                        help="the launch result to carry over, results/launches/<name>/launch<k>.json")
-
-
-def cmd_adopt(args) -> int:
-    """A launch result of a folder written before launches/ was named, carried over (rule adopt_launch)."""
-    print(f"{store.adopt_legacy(args.out)} -> {args.out}", flush=True)
-    return 0
-
-
 def args_aggregate(parser: argparse.ArgumentParser) -> None:
     add_study_args(parser)
     parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
     parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
     parser.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
-    parser.add_argument("--quarantine", type=Path,
+    parser.add_argument("--set-aside", type=Path,
                         help="move results that cannot be aggregated into this folder and fail, so they are rerun")
     parser.add_argument("--report-data", action="store_true",
                         help="then, in the same process, what report-data writes (its options, here too): the "
@@ -66,8 +55,8 @@ def cmd_aggregate(args) -> int:
 
     study = study_of(args)
     frame = aggregate.summarize(study, args.launches, args.failures)
-    if args.quarantine is not None:
-        ledger.quarantine_invalid(study, frame, args.launches, args.quarantine, args.failures)
+    if args.set_aside is not None:
+        ledger.set_aside_refused(study, frame, args.launches, args.set_aside, args.failures)
     aggregate.check_comparable(study, args.launches)
     aggregate.write_summary(frame, args.csv, args.failed)
     report = partial_reports.failure_report(frame, args.failures)

@@ -46,7 +46,7 @@ def check_same_study(spec: LaunchSpec, launches_dir: Path) -> None:
     Aggregation would refuse it later (and measure that configuration again); refusing here
     keeps the folder's own result and says what to run instead.
     """
-    for path in paths.study_result_files(launches_dir):
+    for path in paths.result_files(launches_dir):
         try:
             other = store.read_result(path).spec.get("study")
         except store.InvalidResult:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from specsweep.errors import HostNotQuiet
+from specsweep.records import migrations
 
 SCHEMA = "specsweep.failure"
 VERSION = 2
-# Failure classes renamed since version 1: old name -> the class's name now.
-RENAMED_CLASSES = {"noisy-host": HostNotQuiet.failure_class}
 
 
 @dataclass
@@ -65,7 +63,7 @@ class Failure:
         """A record as written by any specsweep (see the schema history above)."""
         known = {f.name for f in fields(cls)}
         body = {k: v for k, v in doc.items() if k in known}
-        body["failure_class"] = RENAMED_CLASSES.get(doc.get("class"), doc.get("class", "unknown"))
+        body["failure_class"] = migrations.failure_class(doc.get("class"))  # a class renamed since
         body.setdefault("exit_code", 1)
         for key in ("name", "reason", "started_at", "failed_at"):
             body.setdefault(key, "")

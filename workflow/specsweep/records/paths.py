@@ -10,14 +10,11 @@ from pathlib import Path
 
 RESULTS = Path("results")
 LAUNCHES = RESULTS / "launches"  # one result document per launch of a configuration: <name>/launch<k>.json
-# The same, as a results folder written before 2026-12-06 names it: read there, carried into LAUNCHES by
-# the run (rule adopt_launch), never written.
-LEGACY_RUNS = RESULTS / "runs"
 FAILURES = RESULTS / "failures"  # failure records, <name>/<time>-attempt<n>.json, kept across reruns
 HISTORY = RESULTS / "history"  # a read-only copy of every result ever written, <name>/<sha256>.json
 RACE = RESULTS / "race"  # racing (verdict.until_decided): round<r>.json, who gets launch r+1
-INVALID = RESULTS / "invalid"  # results aggregation refused, moved aside (never deleted)
 SET_ASIDE = RESULTS / "set-aside"  # what each run set aside before measuring again: <digest>.json
+SET_ASIDE_RESULTS = SET_ASIDE / "results"  # the result files set aside: moved here, never deleted
 SUMMARY_CSV = RESULTS / "summary.csv"
 SUMMARY_PNG = RESULTS / "summary.png"
 TRADEOFF_PNG = RESULTS / "tradeoff.png"  # tok/s per user against tok/s per GPU, across load levels
@@ -53,7 +50,6 @@ COMPARE_LOG = LOGS / "compare" / "compare.log"
 
 # The rules' wildcard paths, as Snakemake takes them.
 LAUNCH_RESULT = f"{LAUNCHES}/{{name}}/launch{{launch}}.json"
-ADOPTED_LOG = f"{LOGS}/adopted/{{name}}/launch{{launch}}.log"  # a launch carried over from runs/
 LAUNCH_LOG = f"{LOGS}/launches/{{name}}/launch{{launch}}.log"
 SERVER_LOG = f"{SERVER_LOGS}/{{name}}/launch{{launch}}.log"
 RACE_ROUND = f"{RACE}/round{{round}}.json"
@@ -93,67 +89,35 @@ def race_round(number: int) -> Path:
 
 
 def launch_results(launches: Path, name: str) -> dict[int, Path]:
-    """Every launch result of a configuration in a launches folder, by launch index, in order.
-
-    A results folder written before the folder was named for launches keeps them in runs/ beside
-    it (LEGACY_RUNS), read where launches/ has none of that index; one written before launches were
-    targets holds one result per configuration, runs/<name>.json, read as launch 1.
-    """
-    found = {}
-    for folder in (Path(launches) / name, legacy_folder(launches) / name):
-        for path in folder.glob("launch*.json") if folder.is_dir() else ():
-            if (match := _LAUNCH_FILE.fullmatch(path.name)) and int(match[1]) not in found:
-                found[int(match[1])] = path
-    flat = legacy_folder(launches) / f"{name}.json"
-    if 1 not in found and flat.is_file():
-        found[1] = flat
+    """Every launch result of a configuration in a launches folder, by launch index, in order."""
+    folder = Path(launches) / name
+    found = {int(m[1]): path for path in (folder.glob("launch*.json") if folder.is_dir() else ())
+             if (m := _LAUNCH_FILE.fullmatch(path.name))}
     return dict(sorted(found.items()))
 
 
-def legacy_folder(launches: Path) -> Path:
-    """Where a results folder written before this layout kept its launches: runs/ beside launches/."""
-    return Path(launches).parent / LEGACY_RUNS.name
-
-
 def result_files(launches: Path) -> list[Path]:
-    """Every result file in one launches folder (or an older runs/ folder), both layouts, sorted."""
+    """Every result file in one launches folder (and a hand run's <name>.json there), sorted."""
     return sorted([*Path(launches).glob("*.json"), *Path(launches).glob("*/launch*.json")])
 
 
-def study_result_files(launches: Path) -> list[Path]:
-    """Every result file a study's launches folder stands for: its own and, where it is a study's
-    results/launches, those of the older runs/ beside it (both older layouts, as launch_results
-    reads them). A folder named otherwise (a hand run's --out elsewhere) has no older layout: a
-    runs/ beside it is not this study's."""
-    older = legacy_folder(launches)
-    beside = result_files(older) if Path(launches).name == LAUNCHES.name and older.is_dir() else []
-    return [*result_files(launches), *beside]
-
-
 def launches_of(result: Path) -> Path:
-    """The folder a result file lies in: <launches>/<name>/launch<k>.json, or <folder>/<name>.json."""
+    """The folder a result file lies in: <launches>/<name>/launch<k>.json, or a hand run's --out,
+    <folder>/<file>.json."""
     result = Path(result)
     return result.parent.parent if _LAUNCH_FILE.fullmatch(result.name) else result.parent
 
 
 def configuration_of(result: Path) -> str:
-    """The configuration a result file belongs to (its folder, or an older flat file's stem)."""
+    """The configuration a result file belongs to (its folder, or a hand run's file's stem)."""
     result = Path(result)
     return result.parent.name if _LAUNCH_FILE.fullmatch(result.name) else result.stem
 
 
 def launch_of(result: Path) -> int:
-    """The launch index of a result file (an older flat <name>.json is launch 1)."""
+    """The launch index of a result file (a hand run's <file>.json is launch 1)."""
     match = _LAUNCH_FILE.fullmatch(Path(result).name)
     return int(match[1]) if match else 1
-
-
-def legacy_result(result: Path) -> Path | None:
-    """The older file (launch_results reads it) that holds what ``result``, <launches>/<name>/launch<k>.json,
-    will hold once carried over; None where there is none, or where ``result`` is there already."""
-    result = Path(result)
-    found = launch_results(launches_of(result), result.parent.name).get(launch_of(result))
-    return found if found is not None and found != result else None
 
 
 def history_of(launches_dir: Path) -> Path:

@@ -25,6 +25,7 @@ Schema history (``schema_version``):
   6 - the longest request the running server said it takes is ``server.max_context`` for every
       backend (``slot_context`` before: llama-server's word, also used for vLLM's ``max_model_len``
       and SGLang's ``max_context_length``). Older files are renamed on read, value unchanged.
+An older version is read under the current fields by records/migrations.py (``result_body``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from specsweep.records import migrations
 from specsweep.spec import SLO, Objective, load_label
 
 SCHEMA = "specsweep.result"
@@ -90,7 +92,7 @@ class Result:
         if missing:
             raise InvalidResult(f"result lacks {', '.join(missing)}")
         try:
-            body = _migrated(body, version)
+            body = migrations.result_body(body, version)
             result = cls(**{k: v for k, v in body.items() if k in names})
             result.validate()
         except (KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -207,43 +209,6 @@ class Result:
             "host class": f"{self.host.get('machine')} / {hw.get('cpu_model', '?')} x{hw.get('logical_cores', '?')}"
                           + (f" / {gpus}" if gpus else ""),
         }
-
-
-def _migrated(body: dict, version: int) -> dict:
-    """An older version's body under the current version's fields (the schema history above).
-    A body of the wrong shape raises KeyError, TypeError or AttributeError, as validation does."""
-    if version == 1:
-        body = {**body, "hardware": None, "provenance": {"migrated_from": 1}}
-    if version in (1, 2):
-        body = {**body, "prompts": {**body["prompts"], "reused": None}}  # unknown: sent again and again
-    if version in (1, 2, 3):
-        body = {**body, "sections": [{**sec, "load": _load_of(sec)} for sec in body["sections"]]}
-    if version in (1, 2, 3, 4):
-        body = _one_quiet_host_name(body)
-    if version in (1, 2, 3, 4, 5):
-        body = {**body, "server": _renamed(body["server"], "slot_context", "max_context")}
-    return body
-
-
-def _renamed(mapping: dict, old: str, new: str) -> dict:
-    """The mapping with key ``old`` called ``new``, in its place, value unchanged."""
-    return {(new if k == old else k): v for k, v in mapping.items()}
-
-
-def _one_quiet_host_name(body: dict) -> dict:
-    """Version 5's names for a version 1-4 body: ``isolation`` split into ``lease`` and the
-    ``quiet_host`` settings, and every section's (search steps' too) ``host_load`` as ``quiet_host``."""
-    def renamed(sections: list[dict]) -> list[dict]:
-        return [_renamed(sec, "host_load", "quiet_host") for sec in sections]
-
-    out = {**body, "sections": renamed(body["sections"])}
-    held = out.pop("isolation", None)
-    if held is not None:
-        out["lease"] = {k: v for k, v in held.items() if k != "guard"}
-        out["quiet_host"] = held.get("guard")
-    if out.get("search") is not None:
-        out["search"] = {**out["search"], "sections": renamed(out["search"]["sections"])}
-    return out
 
 
 def _validate_section(spec_section: dict, section: dict, repeats: int) -> None:

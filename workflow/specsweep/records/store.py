@@ -143,35 +143,6 @@ def copy_to_history(launches_dir: Path, history_dir: Path, *, only: Path | None 
     return added
 
 
-def adopt_legacy(out: Path) -> Path:
-    """Carry the older layout's result of ``out`` (paths.legacy_result) into place; return where it was.
-
-    The bytes are written anew, then the old file removed: an interruption leaves one of the two,
-    never neither, and the copy kept in results/history/ (same bytes) stays the one copy there.
-    """
-    source = paths.legacy_result(out)
-    if source is None:
-        raise ResultWriteError(f"{out}: {paths.legacy_folder(paths.launches_of(out))} holds no result of it to carry "
-                               f"over (removed since the run was planned?); the next run measures it")
-    write_bytes_atomic(out, source.read_bytes())
-    source.unlink()
-    prune_legacy(source)
-    return source
-
-
-def prune_legacy(moved: Path) -> None:
-    """Once a file has left the older layout (carried over, or set aside), runs/<name>/ and runs/ go
-    if that left them empty; another file keeps them. A launches/ folder is left as it is."""
-    folder = paths.launches_of(moved)
-    if folder.name != paths.LEGACY_RUNS.name:
-        return
-    for empty in (moved.parent, folder):  # one folder twice for runs/<name>.json: the second finds it gone
-        try:
-            empty.rmdir()
-        except OSError:
-            pass
-
-
 def read_race_round(path: str | Path) -> list[str]:
     """The configurations a racing round's decision (analysis/race.py) gives another launch."""
     return list(json.loads(Path(path).read_text())["contenders"])

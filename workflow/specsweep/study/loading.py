@@ -16,7 +16,7 @@ import yaml
 
 from specsweep import axes
 from specsweep.errors import ConfigError
-from specsweep.records import paths
+from specsweep.records import migrations, paths
 from specsweep.servers import backends, templates
 from specsweep.servers.command import server_argv, server_env
 from specsweep.spec import EMBEDDED, LaunchSpec
@@ -30,9 +30,6 @@ def schema_path() -> Path:
     return Path(str(resources.files("specsweep.schemas").joinpath("config.schema.yaml")))
 
 
-# Keys a study may still spell the old way: old name -> new name. Read as the new one, with a
-# note on stderr, so a study written for an older specsweep plans the same jobs.
-RENAMED_KEYS = {"guard": "quiet_host"}
 
 
 def key_table(chosen: dict) -> str:
@@ -101,7 +98,7 @@ def validate_study(config: dict) -> dict:
     """Validate against the schema and fill in defaults (in place); return the config."""
     import jsonschema
 
-    for note in migrate_study(config):
+    for note in migrations.study_keys(config):  # a study written for an older specsweep
         print(f"specsweep: {note}", file=sys.stderr)
     try:
         _validator().validate(config)
@@ -131,20 +128,6 @@ def _validator():
 
     schema = yaml.load(schema_path().read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return validators.extend(Draft202012Validator, {"properties": fill_defaults})(schema)
-
-
-def migrate_study(config: dict) -> list[str]:
-    """Rename the old spellings of RENAMED_KEYS in place; a note per key renamed. A study that
-    spells one key both ways is refused: which of the two it means cannot be told."""
-    notes = []
-    for old, new in RENAMED_KEYS.items():
-        if old not in config:
-            continue
-        if new in config:
-            raise ConfigError(f"the study sets both {old}: and {new}: (its new name); keep {new}: alone")
-        config[new] = config.pop(old)
-        notes.append(f"the study's {old}: is now called {new}: (read as such; rename it to silence this)")
-    return notes
 
 
 def apply_backend_defaults(config: dict) -> None:

@@ -190,7 +190,7 @@ def check_comparable(config: dict, launches_dir: Path) -> None:
     the files on each side so the odd ones can be moved aside and measured again.
     """
     groups: dict[str, dict[str, list[str]]] = {}
-    results = Path(launches_dir).parent  # files named from here: launches/... or an older folder's runs/...
+    results = Path(launches_dir).parent  # files named from here: launches/...
     for spec in expand_grid(config):
         for path in paths.launch_results(launches_dir, spec.name).values():
             try:

@@ -52,7 +52,7 @@ def check_same_study(spec: LaunchSpec, launches_dir: Path) -> None:
         except store.InvalidResult:
             continue
         if other != spec.study:
-            folder = paths.launches_of(path)  # launches/, or the older runs/ beside it
+            folder = paths.launches_of(path)
             raise ConfigError(
                 f"{folder} holds results of study {other!r} ({path.relative_to(folder)}), and this run is of "
                 f"study {spec.study!r}: pass that study's file with --config, or write elsewhere with --out "

@@ -3,6 +3,7 @@ build is counted in the first test that needs it) from a pytest JUnit XML record
 and by what the tests wait on (docs/development.md, One command, two phases).
 
     pytest --junitxml=suite.xml && python benchmarks/suite_durations.py suite.xml
+    python benchmarks/suite_durations.py suite.xml --markdown     # the table docs/development.md shows
 
 Under xdist the shared phase's tests overlap, so their seconds add up to more than its wall time:
 the sums say what each group costs the machine, the run's own wall time what it costs the reader.
@@ -34,7 +35,7 @@ def group(test_id: str) -> str:
     return next((name for name, parts in GROUPS if all(p in test_id for p in parts)), "other")
 
 
-def main(path: str) -> None:
+def main(path: str, *, markdown: bool = False) -> None:
     tiers: dict[str, list[float]] = defaultdict(list)
     groups: dict[str, list[float]] = defaultdict(list)
     failed = 0
@@ -46,13 +47,19 @@ def main(path: str) -> None:
         failed += case.find("failure") is not None or case.find("error") is not None
     total = sum(sum(v) for v in tiers.values())
     print(f"{sum(len(v) for v in tiers.values())} tests, {failed} failed, {total:.0f} test-seconds in all")
+    rows = [(f"tier {name}", len(seconds), sum(seconds)) for name, seconds in sorted(tiers.items())]
+    rows += [(name, len(seconds), sum(seconds)) for name, seconds in sorted(groups.items(), key=lambda kv: -sum(kv[1]))]
+    if markdown:
+        print("\n| tier, or what the tests wait on | tests | test-seconds |\n|---|---|---|")
+        print("\n".join(f"| {name} | {count} | {seconds:.0f} |" for name, count, seconds in rows))
+        return
     print(f"{'tier':<12}{'tests':>6}{'seconds':>9}")
-    for name, seconds in sorted(tiers.items()):
-        print(f"{name:<12}{len(seconds):>6}{sum(seconds):>9.0f}")
+    for name, count, seconds in rows[:len(tiers)]:
+        print(f"{name[5:]:<12}{count:>6}{seconds:>9.0f}")
     print(f"\n{'waits on':<52}{'tests':>6}{'seconds':>9}")
-    for name, seconds in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{name:<52}{len(seconds):>6}{sum(seconds):>9.0f}")
+    for name, count, seconds in rows[len(tiers):]:
+        print(f"{name:<52}{count:>6}{seconds:>9.0f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], markdown="--markdown" in sys.argv[2:])

@@ -38,8 +38,8 @@ def docs_text() -> str:
 # project's machines set): the inner loop starts some 340 Python processes (the CLI, Snakemake's
 # jobs), each of which would compile specsweep from source again, and each xdist worker (spawned
 # after this, with this environment) would rewrite every test module again. Measured on 2 cores:
-# the inner loop in 255-268 s with bytecode, 291-305 s without (docs/development.md). __pycache__
-# is git-ignored, and nothing the suite copies or archives takes it.
+# the inner loop in 255-268 s with bytecode, 291-305 s without (2026-12-06; docs/development.md's
+# history). __pycache__ is git-ignored, and nothing the suite copies or archives takes it.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 sys.path.insert(0, str(DOUBLES))

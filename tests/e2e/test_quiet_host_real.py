@@ -53,7 +53,7 @@ def test_a_section_measured_beside_a_cpu_hog_fails_and_the_same_study_alone_pass
 def test_a_cpu_hog_pinned_to_a_core_the_server_does_not_use_takes_nothing_from_it(embedded, tmp_path):
     """The quiet-host guard judges contention, not activity: the hog ran a whole core all along, on the other one."""
     cpus = sorted(os.sched_getaffinity(0))
-    assert len(cpus) >= 2, "needs 2 CPUs: this suite's machines have them (docs/development.md, Testing)"
+    assert len(cpus) >= 2, "needs 2 CPUs: this suite's machines have them (docs/development.md)"
     study = quiet_study(retries=1)  # a section some other process disturbed on its core is retried
     study["server"] = {**study["server"], "threads": 1,
                        "command": ["taskset", "-c", str(cpus[0]), *study["server"]["command"]]}

@@ -52,8 +52,7 @@ def test_each_measured_figure_is_stated_in_one_page_and_pointed_to_from_the_othe
 
 
 def layout() -> str:
-    page = (DOCS / "development.md").read_text()
-    return page[page.index("## Layout"):]
+    return (DOCS / "layout.md").read_text()
 
 
 def test_the_layout_names_every_module_of_each_package_and_no_other():

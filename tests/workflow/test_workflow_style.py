@@ -68,7 +68,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def test_imports_point_one_way():
-    """Each layer imports only the layers below it (docs/development.md, Layout), whatever the
+    """Each layer imports only the layers below it (docs/layout.md), whatever the
     import's form."""
     wrong = []
     for module, targets in import_graph().items():

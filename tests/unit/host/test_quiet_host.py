@@ -103,7 +103,7 @@ def test_contention_is_the_smaller_of_the_servers_waiting_and_the_others_load_on
 
 def test_a_process_pinned_to_other_cpus_takes_nothing_from_the_server():
     if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("needs 2 CPUs: this suite's machines have them (docs/development.md, Testing)")
+        pytest.fail("needs 2 CPUs: this suite's machines have them (docs/development.md)")
     cpus = sorted(os.sched_getaffinity(0))
     pinned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
                               preexec_fn=lambda: os.sched_setaffinity(0, {cpus[1]}))

@@ -132,12 +132,11 @@ def test_summary_speedup_and_best_budget_are_per_value_of_the_study_axis(tmp_pat
 
 def test_front_page_and_terminal_answer_show_the_axis(tmp_path):
     cfg, frame = kv_results(tmp_path, RATES)
-    best = answer.best_table(frame, defaults("verdict"))
-    best.to_csv(tmp_path / "best.csv", index=False)
+    best = answer.write_best(frame, cfg, tmp_path / "best.csv")
     page = report.front_page(cfg, frame, best)
     assert "kv ['f16', 'q8_0']" in page and "     - kv" in page
     assert "For each tensor-parallel size, prompt length, kv" in page
-    text = report.terminal_answer(tmp_path / "summary.csv", tmp_path / "best.csv")
+    text = report.terminal_answer(frame, best, summary_csv=tmp_path / "summary.csv", best_csv=tmp_path / "best.csv")
     assert "per tp, context, kv, section and load" in text
     lines = [line.split() for line in text.splitlines() if line.startswith("   ") and "short" in line]
     assert [(row[2], row[3], row[4], row[5]) for row in lines] == [("f16", "short", "c1", "4"),
@@ -234,14 +233,20 @@ def test_a_results_folder_written_before_axes_were_data_aggregates_reports_and_c
         was = before[before["section"] == row["section"]].iloc[0]
         shown = row["best_budget"] if row["verdict"] != "undecided" else row["highest_budget"]
         assert shown == was["best_budget"] and row["output_tok_s"] == pytest.approx(was["output_tok_s"])
-    report.write_all(cfg, frame, launches_dir=folder / "results" / "launches",
-                     failures_dir=folder / "results" / "failures",
-                     best_csv=folder / "results" / "best.csv", front=tmp_path / "front.rst",
+    written = answer.write_best(frame, cfg, folder / "results" / "best.csv")
+    report.write_all(cfg, frame, written, launches_dir=folder / "results" / "launches",
+                     failures_dir=folder / "results" / "failures", front=tmp_path / "front.rst",
                      failures_html=tmp_path / "f.html", pages_dir=tmp_path / "pages",
                      tables_html=(tmp_path / "s.html", tmp_path / "b.html"), study_yaml="",
                      study_html=tmp_path / "y.html")
     assert "miss the noise between launches" in (tmp_path / "front.rst").read_text()
-    printed = report.terminal_answer(folder / "results" / "summary.csv", folder / "results" / "best.csv")
+    printed = report.terminal_answer(frame, written, summary_csv=folder / "results" / "summary.csv",
+                                     best_csv=folder / "results" / "best.csv")
+    # The answer returned is the answer written: what the terminal says from it is what the file says.
+    read_back = pd.read_csv(folder / "results" / "best.csv", dtype={c: "string" for c in answer.TEXT_COLUMNS})
+    assert printed == report.terminal_answer(frame, read_back.fillna({c: "" for c in answer.TEXT_COLUMNS}),
+                                             summary_csv=folder / "results" / "summary.csv",
+                                             best_csv=folder / "results" / "best.csv")
     assert any(line.split()[:4] == ["1", "64", "short", "c1"] for line in printed.splitlines()), printed
     assert "misses the noise between launches" in printed
     out = tmp_path / "c.csv"

@@ -1,18 +1,21 @@
 """The answer: per cell (every axis but the budget, one section, one load), the verdict on the
 budgets measured there (analysis/verdict.py), the figures of the budget it names and the budgets
-without a result, as results/best.csv holds it. analysis/report.py presents it; racing
-(analysis/race.py) reads it for who is still in some cell's best set.
+without a result: computed and written as results/best.csv here, and nowhere else (write_best).
+analysis/report.py presents the table it returns; racing (analysis/race.py) reads it for who is
+still in some cell's best set.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 from scipy import stats
 
 from specsweep import axes
-from specsweep.analysis import cells, variance, verdict
+from specsweep.analysis import cells, ledger, variance, verdict
+from specsweep.records import store
 from specsweep.records.result import ENERGY_COLUMNS
 from specsweep.records.status import OK
 
@@ -24,6 +27,20 @@ RESULT_COLUMNS = ["best_budget", "verdict", "best_set", "within_noise", "highest
                   "budgets_measured", "budgets_missing"]
 FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "speedup_low", "speedup_high",
            "speedup_min", "speedup_max", *ENERGY_COLUMNS, "energy_source")
+
+
+# The best table's text columns: "" where a cell has none, in the table returned and in the file alike.
+TEXT_COLUMNS = ("within_noise", "budgets_measured", "best_set", "verdict", "basis", "needs")
+
+
+def write_best(frame: pd.DataFrame, config: dict, path: Path) -> pd.DataFrame:
+    """The study's answer: the best table of the summary ``frame`` under the study's verdict:
+    settings (looked at as often as racing may look), written to ``path`` (results/best.csv), and
+    returned as written, for the report, the deploy files and the terminal."""
+    best = best_table(frame, config["verdict"], looks=ledger.looks(config))
+    best[list(TEXT_COLUMNS)] = best[list(TEXT_COLUMNS)].astype("string").fillna("")
+    store.write_text_atomic(path, best.to_csv(index=False))
+    return best
 
 
 def keys_of_best(best: pd.DataFrame) -> list[str]:

@@ -14,8 +14,7 @@ import pandas as pd
 from specsweep import axes
 from specsweep.analysis import verdict
 from specsweep.analysis.aggregate import not_ok
-from specsweep.analysis.answer import best_table, keys_of_best
-from specsweep.analysis.ledger import looks
+from specsweep.analysis.answer import keys_of_best
 from specsweep.host import gpu_watch
 from specsweep.records import paths, store
 from specsweep.records.result import Result
@@ -237,12 +236,10 @@ def _html(title: str, body: str) -> str:
             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
 
 
-def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures_dir: Path, best_csv: Path,
+def write_all(config: dict, frame: pd.DataFrame, best: pd.DataFrame, *, launches_dir: Path, failures_dir: Path,
               front: Path, failures_html: Path, pages_dir: Path, tables_html: tuple[Path, Path],
-              study_yaml: str, study_html: Path, deploy_dir: Path = paths.DEPLOY) -> pd.DataFrame:
-    """Every page of the report's data; the best table, which it writes to ``best_csv``."""
-    best = best_table(frame, config["verdict"], looks=looks(config))
-    store.write_text_atomic(best_csv, best.to_csv(index=False))
+              study_yaml: str, study_html: Path, deploy_dir: Path = paths.DEPLOY) -> None:
+    """Every page of the report's data, showing the answer ``best`` (answer.write_best's)."""
     store.write_text_atomic(front, front_page(config, frame, best, unchecked_checks(frame, launches_dir),
                                               deploy_dir=deploy_dir))
     summary_html, best_html = tables_html
@@ -254,18 +251,14 @@ def write_all(config: dict, frame: pd.DataFrame, *, launches_dir: Path, failures
     store.write_text_atomic(failures_html, failures_page(frame))
     for name, page in configuration_pages(config, frame, launches_dir, failures_dir).items():
         store.write_text_atomic(Path(pages_dir) / f"{name}.html", page)
-    return best
 
 
-def terminal_answer(summary_csv: Path, best_csv: Path, *, limit: int = 12, deployed=None) -> str:
-    """What the terminal shows when the main command succeeds: the verdict per cell (a few lines of
-    results/best.csv), what has no result and why, and where to look next (``deployed``: the
-    answer's server commands, (analysis/deploy.Deploy, its folder))."""
-    best = pd.read_csv(best_csv, dtype={"within_noise": "string", "budgets_measured": "string",
-                                        "best_set": "string", "verdict": "string", "basis": "string",
-                                        "needs": "string"}).fillna(
-        {"within_noise": "", "budgets_measured": "", "best_set": "", "verdict": "", "basis": "", "needs": ""})
-    frame = pd.read_csv(summary_csv, dtype={"reason": "string"}).fillna({"reason": ""})
+def terminal_answer(frame: pd.DataFrame, best: pd.DataFrame, *, summary_csv: Path, best_csv: Path, limit: int = 12,
+                    deployed=None) -> str:
+    """What the terminal shows when the main command succeeds: the verdict per cell (a few rows of
+    the answer, ``best``, as answer.write_best wrote it to ``best_csv``), what of the summary
+    ``frame`` has no result and why, and where to look next (``deployed``: the answer's server
+    commands, (analysis/deploy.Deploy, its folder))."""
     keys = keys_of_best(best)
     inside = axes.within(keys)
     axes_shown, widths = keys[:-len(inside)], {k: max(len(k), _MIN_WIDTH.get(k, 0), *(len(str(v)) for v in best[k]))

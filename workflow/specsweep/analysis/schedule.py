@@ -63,11 +63,10 @@ def build(study: str, frame: pd.DataFrame, best: pd.DataFrame, drafts_per_step: 
 
 
 def _entry(row: dict, frame: pd.DataFrame, drafts_per_step: dict, name_of) -> dict:
-    said = row.get("verdict") if pd.notna(row.get("verdict")) else None  # no verdict: nothing measured
+    said = _text(row.get("verdict"))  # no verdict: nothing measured
     out = {"context": axes.plain(row["context"]), "load": row[axes.LOAD], "verdict": said}
     if said not in NAMED or pd.isna(row.get("best_budget")):
-        members = row.get("best_set") if pd.notna(row.get("best_set")) else "none"
-        return {**out, "why": f"{said or 'no verdict'}: best set {members}"}
+        return {**out, "why": f"{said or 'no verdict'}: best set {_text(row.get('best_set')) or 'none'}"}
     budget = int(row["best_budget"])
     name = name_of({k: row[k] for k in axes.columns(frame.columns) if k in row}, budget)  # best.csv has no budget
     batch = _batch(frame, name, row)
@@ -75,6 +74,11 @@ def _entry(row: dict, frame: pd.DataFrame, drafts_per_step: dict, name_of) -> di
         return {**out, "budget": budget, "why": "the server reported no batch for this level"}
     k = 0 if budget == 0 else drafts_per_step.get(name)
     return {**out, "budget": budget, "configuration": name, "batch": batch, "k": k}
+
+
+def _text(value) -> str | None:
+    """A best table's text cell: None where the cell has none (empty, or missing)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _batch(frame: pd.DataFrame, name: str, row: dict) -> float | None:

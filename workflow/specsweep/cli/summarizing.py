@@ -123,21 +123,23 @@ def cmd_report_data(args) -> int:
 
 
 def _write_report_data(study: dict, args, frame, *, summary: Path) -> None:
-    """The best table, the report's pages, the frozen study config and the terminal's answer, from
-    the summary as written (read back from its CSV: the report shows what the table says)."""
-    from specsweep.analysis import deploy, report
+    """The answer (answer.write_best: best.csv), the report's pages, the deploy files, the frozen
+    study config and the terminal's answer, from the summary as written (read back from its CSV:
+    the report shows what the table says) and the answer as computed once."""
+    from specsweep.analysis import answer, deploy, report
     from specsweep.analysis.archive import frozen_config
 
     study_yaml = yaml.safe_dump(frozen_config(study), sort_keys=True)
     store.write_text_atomic(args.study_config, study_yaml)
-    best = report.write_all(study, frame, launches_dir=args.launches, failures_dir=args.failures,
-                            best_csv=args.best, front=args.front, failures_html=args.failures_page,
-                            pages_dir=args.pages, tables_html=(args.summary_page, args.best_page),
-                            study_yaml=study_yaml, study_html=args.study_page, deploy_dir=args.deploy)
+    best = answer.write_best(frame, study, args.best)  # the answer's one owner
+    report.write_all(study, frame, best, launches_dir=args.launches, failures_dir=args.failures, front=args.front,
+                     failures_html=args.failures_page, pages_dir=args.pages,
+                     tables_html=(args.summary_page, args.best_page), study_yaml=study_yaml,
+                     study_html=args.study_page, deploy_dir=args.deploy)
     found = deploy.build(study, frame, best, args.launches)
     deploy.write(found, args.deploy)
-    store.write_text_atomic(args.answer, report.terminal_answer(summary, args.best, deployed=(found, args.deploy))
-                            + "\n")
+    said = report.terminal_answer(frame, best, summary_csv=summary, best_csv=args.best, deployed=(found, args.deploy))
+    store.write_text_atomic(args.answer, said + "\n")
 
 
 def args_plot(parser: argparse.ArgumentParser) -> None:

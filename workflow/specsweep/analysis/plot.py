@@ -294,6 +294,20 @@ TRADEOFF_LABELS = {"x": "output tok/s per GPU (output tok/s / tp)",
                    "y": "tok/s per user (each request's decode rate, mean)"}
 
 
+def _tradeoff_panel(ax, section: str, failed: pd.DataFrame, *, first: bool) -> None:
+    """A trade-off panel's words: the configurations without a result named (never drawn as
+    zero), the title and the axes, from 0."""
+    missing = failed["name"].unique()
+    if len(missing):
+        ax.text(0.01, 0.99, "no result: " + ", ".join(missing), transform=ax.transAxes, va="top",
+                fontsize=8, color="crimson", wrap=True)
+    ax.set_title(f"{section}: per user against per GPU", fontsize=10)
+    ax.set_xlabel(TRADEOFF_LABELS["x"])
+    ax.set_ylabel(TRADEOFF_LABELS["y"] if first else "")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+
+
 def plot_tradeoff(frame: pd.DataFrame, out: Path, *, title: str):
     """The serving trade-off, one panel per section: tok/s per user against tok/s per GPU, one
     curve per configuration across its load levels (colour = budget, style = the other axes), the
@@ -326,15 +340,8 @@ def plot_tradeoff(frame: pd.DataFrame, out: Path, *, title: str):
         if front:
             ax.plot(*zip(*front), color="black", ls="--", lw=1, zorder=1)
             ax.scatter(*zip(*front), s=160, facecolors="none", edgecolors="black", zorder=4)
-        missing = frame[(frame[grid_axes.SECTION] == section) & (frame["status"] != OK)]["name"].unique()
-        if len(missing):
-            ax.text(0.01, 0.99, "no result: " + ", ".join(missing), transform=ax.transAxes, va="top",
-                    fontsize=8, color="crimson", wrap=True)
-        ax.set_title(f"{section}: per user against per GPU", fontsize=10)
-        ax.set_xlabel(TRADEOFF_LABELS["x"])
-        ax.set_ylabel(TRADEOFF_LABELS["y"] if col == 0 else "")
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        _tradeoff_panel(ax, section, frame[(frame[grid_axes.SECTION] == section) & (frame["status"] != OK)],
+                        first=col == 0)
     handles = [plt.Line2D([], [], color=c, marker="o", label=f"budget {b}") for b, c in palette.items()]
     if len(styles) > 1:
         handles += [plt.Line2D([], [], color="black", ls=line, marker=marker, label=_label(others, key))

@@ -53,13 +53,7 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
              "no result"] + (["J per output token (above idle; source)"] if energy else [])
     lines += [f"   * - {heads[0]}"] + [f"     - {h}" for h in heads[1:]]
     for row in best.to_dict("records"):
-        cells = [row[k] for k in keys] + [
-            _none_best(row) if pd.isna(row["highest_budget"]) else verdict.words(
-                row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
-            + (f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""),
-            _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
-            _interval(row), _set_words(row), row["budgets_missing"] or "none"] + (
-            [_energy_words(row)] if energy else [])
+        cells = [row[k] for k in keys] + _answer_cells(row) + ([_energy_words(row)] if energy else [])
         lines += [f"   * - {cells[0]}"] + [f"     - {c}" for c in cells[1:]]
     lines += ["", "Without a result", "----------------", ""]
     if bad.empty:
@@ -77,6 +71,16 @@ def front_page(config: dict, frame: pd.DataFrame, best: pd.DataFrame, unchecked:
 
 
 _AXIS_WORDS = {"tp": "tensor-parallel size", "context": "prompt length"}
+
+
+def _answer_cells(row: dict) -> list[str]:
+    """A best-table row's cells on the front page: the verdict (and the rate it sustains), the
+    figures, the interval, the best set and the budgets without a result."""
+    said = _none_best(row) if pd.isna(row["highest_budget"]) else verdict.words(
+        row["verdict"], None if pd.isna(row["best_budget"]) else int(row["best_budget"]), row["best_set"])
+    said += f" (sustains {row['sustained_rate_rps']:.3g} req/s)" if row.get(axes.LOAD) == SLO else ""
+    return [said, _span(row["output_tok_s"], row["output_tok_s_min"], row["output_tok_s_max"], ".1f"),
+            _interval(row), _set_words(row), row["budgets_missing"] or "none"]
 
 
 def _energy_words(row: dict) -> str:

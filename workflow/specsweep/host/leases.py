@@ -103,12 +103,7 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
     if last_said is not None:
         announce(f"got device(s) {','.join(lease.devices)} after waiting {lease.waited_s:.1f} s")
     try:
-        if lease.gpus:
-            _, busy = gpu_pool.await_free_memory(lease.gpus, gpu_pool.release_timeout_s())
-            if busy:
-                raise DeviceBusy(f"GPU(s) {busy} still have memory in use after {gpu_pool.release_timeout_s():g} s, "
-                                 f"by pid(s) {sorted({p for g in lease.gpus for p in host_facts.gpu_pids(g)})}; "
-                                 f"a server of an earlier job may not have exited (see nvidia-smi)")
+        _await_memory(lease.gpus)
         lease.port = _reserve_with_derived(folder, lease, port, derived or (lambda _port: ()))
         # Never the same as port: this lease's own lock on it refuses a second flock too.
         lease.side_port = _reserve_port(folder, lease, None)
@@ -116,6 +111,18 @@ def acquire(tp: int, *, holder: str, announce: Callable[[str], None], gpu: bool 
         lease.release(wait=False)  # nothing of ours ran on them
         raise
     return lease
+
+
+def _await_memory(gpus: tuple[str, ...]) -> None:
+    """Wait until the leased GPUs' memory is back at its idle level (an earlier job's server may
+    still be exiting); DeviceBusy, naming who holds it, if it is not within the release timeout."""
+    if not gpus:
+        return
+    _, busy = gpu_pool.await_free_memory(gpus, gpu_pool.release_timeout_s())
+    if busy:
+        raise DeviceBusy(f"GPU(s) {busy} still have memory in use after {gpu_pool.release_timeout_s():g} s, "
+                         f"by pid(s) {sorted({p for g in gpus for p in host_facts.gpu_pids(g)})}; "
+                         f"a server of an earlier job may not have exited (see nvidia-smi)")
 
 
 def _candidates(tp: int, gpu: bool) -> tuple[list[str], int]:

@@ -61,10 +61,7 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
         idle_w = gpu_watch.idle_power(lease.gpus)  # before the server loads: energy above idle
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"specsweep-{spec.name}-",
                                                                      ignore_cleanup_errors=True))
-        server = ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
-                               log_path=server_log,
-                               startup_timeout_s=spec.startup_timeout_s, api_key=key, backend=backend,
-                               env={**command.server_env(spec, lease.port, scratch, lease.side_port), **lease.env()})
+        server = _server(spec, lease, key, scratch, server_log)
         say(spec, f"launching on {','.join(lease.devices)}: {' '.join(server.shown_argv)}")
         t_launch = time.monotonic()
         with server:
@@ -77,14 +74,10 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
             facts.detail.update(backend.logged_settings(server.log_tail(LOGGED_LINES)))
             checked = _server_checks(spec, backend, facts)
             measured = _measure(spec, server, settings, lease.gpus, prompt_source, idle_w)
-        held = {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
-                "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
-                "lock_dir": str(locks.lock_dir()), "idle_power_w": idle_w}
         result = build_result(spec, argv=server.shown_argv, facts=facts, checked=checked, measured=measured,
-                              started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job, lease=held,
-                              settings=settings,
-                              hardware=hw, env=templates.redact_env(server.env, hidden),
-                              provenance=provenance.collect(hidden))
+                              started_at=started_at, startup_s=startup_s, job_s=time.monotonic() - t_job,
+                              lease=_held(lease, idle_w), settings=settings, hardware=hw,
+                              env=templates.redact_env(server.env, hidden), provenance=provenance.collect(hidden))
         doc = result.to_json()
         interrupts.check()  # a signal whose exception a finalizer swallowed still ends the launch
         Result.from_json(doc)  # the same check aggregation applies: never write what it would refuse
@@ -92,6 +85,21 @@ def launch_configuration(spec: LaunchSpec, *, out: Path, server_log: Path, setti
         say(spec, f"result written to {out}")
     say(spec, measured_line(spec, doc, paths.launches_of(out)), terminal=True)
     return doc
+
+
+def _server(spec: LaunchSpec, lease: leases.Lease, key: str | None, scratch: str, server_log: Path) -> ServerProcess:
+    """The server of one launch on what its lease holds: its port, side port and devices."""
+    return ServerProcess(command.server_argv(spec, lease.port, key, scratch, lease.side_port), port=lease.port,
+                         log_path=server_log, startup_timeout_s=spec.startup_timeout_s, api_key=key,
+                         backend=backends.get(spec.backend),
+                         env={**command.server_env(spec, lease.port, scratch, lease.side_port), **lease.env()})
+
+
+def _held(lease: leases.Lease, idle_w: dict[str, float]) -> dict:
+    """What the result records of the lease: devices, the wait, ports, locks, the GPUs' idle power."""
+    return {"devices": list(lease.devices), "waited_s": round(lease.waited_s, 3), "port": lease.port,
+            "side_port": lease.side_port, "derived_ports": list(lease.derived_ports),
+            "lock_dir": str(locks.lock_dir()), "idle_power_w": idle_w}
 
 
 def _server_checks(spec: LaunchSpec, backend, facts: backends.Facts) -> backends.Preflight:

@@ -89,3 +89,49 @@ def test_a_study_key_spelled_both_ways_is_refused_and_one_way_is_read_as_the_new
     with pytest.raises(ConfigError, match="sets both guard: and quiet_host:"):
         migrations.study_keys({"guard": {}, "quiet_host": {}})
     assert migrations.failure_class("noisy-host") == "host-not-quiet" and migrations.failure_class(None) == "unknown"
+
+
+def test_a_results_folder_is_read_through_a_carried_over_copy_and_left_as_it_is(tmp_path, spec):
+    older_folder(tmp_path / "study", spec)
+    results = tmp_path / "study/results"
+    before = sorted(str(p.relative_to(results)) for p in results.rglob("*"))
+    copy = migrations.readable(results, tmp_path / "scratch")
+    assert copy == tmp_path / "scratch/migrated/results" and copy.is_dir()
+    assert sorted(str(p.relative_to(results)) for p in results.rglob("*")) == before  # untouched
+    assert paths.launch_results(copy / "launches", "a") == {1: copy / "launches/a/launch1.json",
+                                                            2: copy / "launches/a/launch2.json"}
+    assert migrations.readable(copy, tmp_path / "again") == copy  # today's layout: the folder itself
+
+
+def test_the_refusal_lists_every_older_folder():
+    assert migrations.refusal(["results/runs/ (1 file(s), ...)", "results/invalid/ (2 file(s), ...)"]).startswith(
+        "this study folder was written by an older specsweep: results/runs/ (1 file(s), ...); results/invalid/ "
+        "(2 file(s), ...). Run `python -m specsweep migrate` here once")
+
+
+# The older result versions, one field each (records/result.py's schema history): what each
+# version lacked is read under today's name, nothing else changed.
+BODY = {"server": {"slot_context": 4096, "version": "b1"}, "prompts": {"set": "sharegpt"},
+        "sections": [{"name": "short", "concurrency": 2, "request_rate": None, "host_load": {"cores": 0.1}},
+                     {"name": "open", "concurrency": 1, "request_rate": 4.0, "host_load": {"cores": 0.2}}],
+        "isolation": {"devices": ["host"], "port": 8000, "guard": {"max_foreign_cores": 0.25}},
+        "search": {"steps": [], "sections": [{"name": "s", "host_load": {"cores": 0.3}}]}}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
+def test_each_older_result_version_is_read_under_todays_fields(version):
+    body = migrations.result_body(BODY if version < 5 else {k: v for k, v in BODY.items() if k != "isolation"},
+                                  version)
+    assert ("hardware" in body and body["provenance"] == {"migrated_from": 1}) == (version == 1)
+    assert ("reused" in body["prompts"] and body["prompts"]["reused"] is None) == (version <= 2)
+    loads = [sec.get("load") for sec in body["sections"]]
+    assert loads == (["c2", "r4"] if version <= 3 else [None, None])
+    renamed = version <= 4
+    assert [("quiet_host" in sec, "host_load" in sec) for sec in body["sections"]] == [(renamed, not renamed)] * 2
+    assert ("quiet_host" in body["search"]["sections"][0]) == renamed
+    if renamed:
+        assert body["lease"] == {"devices": ["host"], "port": 8000}
+        assert body["quiet_host"] == {"max_foreign_cores": 0.25} and "isolation" not in body
+    assert ("max_context" in body["server"], "slot_context" in body["server"]) == ((True, False) if version <= 5
+                                                                                   else (False, True))
+    assert body["server"].get("max_context", body["server"].get("slot_context")) == 4096

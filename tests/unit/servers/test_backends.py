@@ -326,6 +326,8 @@ def test_sglangs_final_event_is_read_field_by_field():
     plain = {k: v for k, v in SG_META.items() if not k.startswith("spec_")}  # budget 0: no draft fields
     final = server.final({"meta_info": plain}, n_predict=8, prompt_len=16)
     assert (final.draft_tokens, final.draft_accepted, final.verify_steps) == (0, 0, None)
+    half = {**plain, "spec_accept_token_num": 5}  # a pair half there is no pair: nothing drafted is claimed
+    assert server.final({"meta_info": half}, n_predict=8, prompt_len=16).draft_accepted == 0
     unsaid = {k: v for k, v in plain.items() if k != "finish_reason"}  # no reason given: the counts decide
     assert server.final({"meta_info": {**unsaid, "finish_reason": None}}, n_predict=8, prompt_len=16).output_tokens == 8
 
@@ -336,6 +338,7 @@ def test_sglangs_final_event_is_read_field_by_field():
     ({"completion_tokens": 7}, "server generated 7 tokens, 8 were requested with ignore_eos (finish_reason="
                                "{'type': 'length', 'length': 8})"),
     ({"prompt_tokens": 15}, "server evaluated 15 prompt tokens, 16 were sent"),
+    ({"completion_tokens": None}, "sglang: final event has no integer count of generated tokens"),
 ])
 def test_sglangs_final_event_that_aborted_or_disagrees_is_refused_saying_why(change, words):
     from specsweep.errors import InvalidResponse
@@ -367,5 +370,8 @@ def test_a_setting_is_checked_against_what_the_server_reports_flag_by_flag():
                                          detail={"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 2}))
     assert str(caught.value) == ("--speculative-num-draft-tokens 4 was asked for, the server reports "
                                  "speculative_num_draft_tokens = 2")
-    # A flag not given, or given last with no value, asks nothing.
+    # A flag not given, or given last with no value, asks nothing; one given last with its value
+    # is checked, whichever of the fields it is.
     assert server.check_applied(["--port", "1", "--speculative-ddtree-budget"], told).checked == ()
+    last = server.check_applied(["--port", "1", "--speculative-num-draft-tokens", "4"], told)
+    assert last.checked == ("speculative_num_draft_tokens: 4, as --speculative-num-draft-tokens asked",)

@@ -115,13 +115,13 @@ def _older_in(results: Path) -> dict[Path, Path]:
     launches/<name>/launch<k>.json, every file of invalid/ in set-aside/results/."""
     found = {}
     runs, launches = results / OLDER_LAUNCHES.name, results / paths.LAUNCHES.name
-    for path in sorted(runs.glob("*/launch*.json")) if runs.is_dir() else ():
+    for path in sorted(runs.glob("*/launch*.json")):  # a folder that is not there globs nothing
         if match := _LAUNCH_FILE.fullmatch(path.name):
             found[path] = launches / path.parent.name / f"launch{match[1]}.json"
-    for path in sorted(runs.glob("*.json")) if runs.is_dir() else ():  # before launches were targets
+    for path in sorted(runs.glob("*.json")):  # before launches were targets
         found[path] = launches / path.stem / "launch1.json"
     older = results / OLDER_SET_ASIDE.name
-    for path in sorted(older.glob("*.json")) if older.is_dir() else ():
+    for path in sorted(older.glob("*.json")):
         found[path] = results / paths.SET_ASIDE_RESULTS.relative_to(paths.RESULTS) / path.name
     return found
 
@@ -167,7 +167,7 @@ def _migrate_in(results: Path) -> list[str]:
         os.replace(older, now)
         os.utime(now)
     for folder in (results / OLDER_LAUNCHES.name, results / OLDER_SET_ASIDE.name):
-        for empty in sorted(folder.glob("*/"), reverse=True) if folder.is_dir() else ():
+        for empty in folder.glob("*/"):  # runs/<name>/: one level, so any order
             _remove_if_empty(empty)
         _remove_if_empty(folder)
     return lines

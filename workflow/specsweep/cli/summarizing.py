@@ -33,10 +33,15 @@ def cmd_set_aside(args) -> int:
     return 0
 
 
-def args_aggregate(parser: argparse.ArgumentParser) -> None:
-    add_study_args(parser)
+def _add_results_args(parser: argparse.ArgumentParser) -> None:
+    """Where the study's launch results and failure records are (the study folder's, by default)."""
     parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
     parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+
+
+def args_aggregate(parser: argparse.ArgumentParser) -> None:
+    add_study_args(parser)
+    _add_results_args(parser)
     parser.add_argument("--csv", type=Path, default=paths.SUMMARY_CSV)
     parser.add_argument("--failed", type=Path, help="also write the table of configurations without a result")
     parser.add_argument("--set-aside", type=Path,
@@ -76,8 +81,7 @@ def cmd_aggregate(args) -> int:
 def args_race(parser: argparse.ArgumentParser) -> None:
     add_study_args(parser)
     parser.add_argument("--round", type=int, required=True, help="the round just finished (launches so far)")
-    parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
-    parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    _add_results_args(parser)
     parser.add_argument("--out", type=Path, help="the decision (default results/race/round<r>.json)")
 
 
@@ -97,8 +101,7 @@ def cmd_race(args) -> int:
 def args_report_data(parser: argparse.ArgumentParser) -> None:
     add_study_args(parser)
     parser.add_argument("--summary", type=Path, default=paths.SUMMARY_CSV)
-    parser.add_argument("--launches", type=Path, default=paths.LAUNCHES)
-    parser.add_argument("--failures", type=Path, default=paths.FAILURES)
+    _add_results_args(parser)
     _report_data_outputs(parser)
 
 

@@ -310,6 +310,8 @@ def pipeline(args, report: Report, limit: int, py: str, env: dict, memory: dict)
                                                      gpu=not args.cpu)))
     shutil.rmtree(folder, ignore_errors=True)  # each call measures afresh
     folder.mkdir()
+    if args.fail_last_step:  # the rehearsal of a study whose last step fails: its figure cannot be written
+        (folder / "results" / "tradeoff.png" / "blocked").mkdir(parents=True)
     gpu, sampler = not args.cpu, MemoryPeak()
     memory["before"] = gpu_memory() if gpu else {}
     if gpu:
@@ -352,6 +354,9 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="build and run llama-server on the CPU (no GPU here)")
     parser.add_argument("--stage-timeout", action="append", default=[], metavar="STAGE=SECONDS",
                         help="another limit for one stage")
+    parser.add_argument("--fail-last-step", action="store_true",
+                        help="rehearsal: the study's last step (its figures) fails on purpose, after the launches, "
+                             "to see the checks judged and the launch results returned all the same")
     args = parser.parse_args()
     args.carry, args.work = args.carry.resolve(), args.work.resolve()
     gpu = not args.cpu

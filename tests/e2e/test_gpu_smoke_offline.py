@@ -152,6 +152,24 @@ def test_a_stage_over_its_limit_is_stopped_and_named(machine, smoke, tmp_path):
     assert not [p for p in psutil.process_iter(["cmdline"]) if binary in " ".join(p.info["cmdline"] or [])]
 
 
+def test_a_study_whose_last_step_fails_is_still_judged_and_its_launches_come_back(machine, tmp_path):
+    """Issue 56.7: the summary, the study's last step, fails (its figure cannot be written) after
+    both launches; the call says where it stopped, judges every check on what the study left and
+    returns the launch results in the logs' archive."""
+    out = tmp_path / "out"
+    code, report, tail = run_device(machine, out, "--fail-last-step")
+    assert code == 1 and not report["held"] and report["stopped_at"] == "pipeline", tail
+    assert stages(report)["pipeline"] == "failed" and "tradeoff.png" in report["stages"][-1]["tail"]
+    held = {c["check"]: c["held"] for c in report["checks"]}
+    assert held["both configurations measured"] and held["tokens are the server's counter's"], report["checks"]
+    assert held["the budget configuration drafted"] and held["no llama-server process left"]
+    assert report["verdicts"] == []  # the answer was the step that failed
+    with tarfile.open(out / "logs.tar.xz") as tar:
+        kept = [n for n in tar.getnames() if re.fullmatch(r"study-results/launches/[^/]+/launch1\.json", n)]
+    assert len(kept) == 2, kept
+    assert tail.startswith("gpu_smoke: mode cpu, held False, stopped at pipeline"), tail[:500]
+
+
 def test_a_study_that_would_reach_for_the_network_stops_before_the_build(machine, tmp_path):
     carry = tmp_path / "carry"
     shutil.copytree(machine["clone"] / ".gpu", carry)

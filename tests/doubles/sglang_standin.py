@@ -188,12 +188,7 @@ def make_handler(state: State):
                     "# TYPE sglang:spec_accept_length gauge\n"
                     f"sglang:spec_accept_length{{{labels}}} 9.99\n"
                 )
-                body = text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                return self.wfile.write(body)
+                return self._metrics(text)
             return self._json(404, {"detail": "Not Found"})
 
         def do_POST(self):

@@ -1,5 +1,5 @@
 """What the HTTP stand-ins of real servers share (sglang_standin.py, vllm_standin.py): quiet logs, a
-JSON answer, one ``data: {json}`` event of a stream. Each stand-in keeps its own routes and
+JSON answer, a Prometheus text answer, one ``data: {json}`` event of a stream. Each stand-in keeps its own routes and
 bodies, cited from its server's source."""
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ class StandinHandler(BaseHTTPRequestHandler):
         body = json.dumps(doc).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _metrics(self, text: str) -> None:
+        """/metrics as prometheus_client serves it: text format 0.0.4."""
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -80,12 +80,7 @@ def make_handler(state: State):
                 return self._json(200, {"object": "list", "data": [
                     {"id": name, "object": "model", "owned_by": "vllm", "max_model_len": state.args.max_model_len}]})
             if self.path == "/metrics":
-                body = metrics_text(state).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                return self.wfile.write(body)
+                return self._metrics(metrics_text(state))
             return self._json(404, {"detail": "Not Found"})
 
         def do_POST(self):

@@ -113,7 +113,8 @@ def test_the_refusal_lists_every_older_folder():
 # version lacked is read under today's name, nothing else changed.
 BODY = {"server": {"slot_context": 4096, "version": "b1"}, "prompts": {"set": "sharegpt"},
         "sections": [{"name": "short", "concurrency": 2, "request_rate": None, "host_load": {"cores": 0.1}},
-                     {"name": "open", "concurrency": 1, "request_rate": 4.0, "host_load": {"cores": 0.2}}],
+                     {"name": "open", "concurrency": 1, "request_rate": 4.0, "host_load": {"cores": 0.2}},
+                     {"name": "plain", "host_load": {"cores": 0.2}}],  # before concurrency: one in flight
         "isolation": {"devices": ["host"], "port": 8000, "guard": {"max_foreign_cores": 0.25}},
         "search": {"steps": [], "sections": [{"name": "s", "host_load": {"cores": 0.3}}]}}
 
@@ -125,9 +126,9 @@ def test_each_older_result_version_is_read_under_todays_fields(version):
     assert ("hardware" in body and body["provenance"] == {"migrated_from": 1}) == (version == 1)
     assert ("reused" in body["prompts"] and body["prompts"]["reused"] is None) == (version <= 2)
     loads = [sec.get("load") for sec in body["sections"]]
-    assert loads == (["c2", "r4"] if version <= 3 else [None, None])
+    assert loads == (["c2", "r4", "c1"] if version <= 3 else [None, None, None])
     renamed = version <= 4
-    assert [("quiet_host" in sec, "host_load" in sec) for sec in body["sections"]] == [(renamed, not renamed)] * 2
+    assert [("quiet_host" in sec, "host_load" in sec) for sec in body["sections"]] == [(renamed, not renamed)] * 3
     assert ("quiet_host" in body["search"]["sections"][0]) == renamed
     if renamed:
         assert body["lease"] == {"devices": ["host"], "port": 8000}

@@ -20,6 +20,10 @@ def _samples(times, power_w, counter_mj=None):
 def test_the_counter_gives_the_energy_where_the_gpu_has_one():
     found = gpu_watch.gpu_energy(_samples([10.0, 10.5, 12.0], [300, 500, 500], [1_000_000, 1_150_000, 1_900_000]))
     assert found == {"joules": 900.0, "source": "counter", "window_s": 2.0}
+    # NVML updates the counter about every 10 ms: two readings closer than that read the same, and
+    # a counter that stood still between them has not reset.
+    held = gpu_watch.gpu_energy(_samples([0.0, 0.005, 1.0], [300, 300, 300], [2_000_000, 2_000_000, 2_300_000]))
+    assert held == {"joules": 300.0, "source": "counter", "window_s": 1.0}
 
 
 def test_power_integrated_over_time_where_the_counter_is_missing():

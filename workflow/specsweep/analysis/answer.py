@@ -33,12 +33,18 @@ FIGURES = ("output_tok_s", "output_tok_s_min", "output_tok_s_max", "speedup", "s
 TEXT_COLUMNS = ("within_noise", "budgets_measured", "best_set", "verdict", "basis", "needs")
 
 
-def write_best(frame: pd.DataFrame, config: dict, path: Path) -> pd.DataFrame:
+def of_study(frame: pd.DataFrame, config: dict) -> pd.DataFrame:
     """The study's answer: the best table of the summary ``frame`` under the study's verdict:
-    settings (looked at as often as racing may look), written to ``path`` (results/best.csv), and
-    returned as written, for the report, the deploy files and the terminal."""
+    settings, looked at as often as racing may look (racing asks it after each round)."""
     best = best_table(frame, config["verdict"], looks=ledger.looks(config))
     best[list(TEXT_COLUMNS)] = best[list(TEXT_COLUMNS)].astype("string").fillna("")
+    return best
+
+
+def write_best(frame: pd.DataFrame, config: dict, path: Path) -> pd.DataFrame:
+    """The study's answer (of_study) written to ``path`` (results/best.csv), and returned as
+    written, for the report, the deploy files and the terminal."""
+    best = of_study(frame, config)
     store.write_text_atomic(path, best.to_csv(index=False))
     return best
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specsweep.analysis import aggregate, answer, ledger, verdict
+from specsweep.analysis import aggregate, answer, verdict
 from specsweep.records import status
 from specsweep.records.store import write_text_atomic
 
@@ -24,7 +24,7 @@ def contenders(config: dict, frame: pd.DataFrame, round_: int) -> tuple[list[str
     """(configurations that get launch round + 1, the undecided cells as words), in grid order."""
     if round_ >= config["verdict"]["until_decided"]["max_launches"]:
         return [], []
-    best = answer.best_table(frame, config["verdict"], looks=ledger.looks(config))
+    best = answer.of_study(frame, config)
     keys = answer.keys_of_best(best)
     racing = frame[(frame["status"] == status.OK) & (frame["launches"] == round_)]
     chosen, cells = set(), []
